@@ -1,0 +1,44 @@
+# r1-pipeline: `make r1-zero` runs the R1-Zero branch on the default recipe; `make test` runs the tests.
+# Every target depends on `setup`, which builds .venv once (torch pinned first: an unpinned torch
+# pulls a multi-GB CUDA build) and again only when the requirements change.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TORCH := torch==2.13.0
+RECIPE ?=
+ARGS ?=
+RUN = $(PY) -m flows.cli run
+
+.PHONY: setup r1-zero test test-fast lint bench artifacts clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet $(TORCH) -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+r1-zero: setup
+	$(RUN) r1-zero $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+
+test: setup
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-fast: setup
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not e2e"
+
+lint: setup
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+bench: setup
+	$(PY) bench/flow_overhead.py && $(PY) bench/grpo_throughput.py
+
+artifacts: setup
+	$(PY) -m flows.cli artifacts
+
+clean:
+	rm -rf runs

@@ -1,0 +1,123 @@
+"""``r1``: run flows with recipe overrides, and inspect the artifact store.
+
+r1 run r1-zero [--recipe configs/r1_zero.yaml] [section.key=value ...]
+r1 config r1-zero [overrides ...]        print the resolved recipe, run nothing
+r1 artifacts [--store DIR]              list artifacts with their inputs
+r1 lineage KEY [--store DIR]            an artifact's ancestry
+r1 verify [KEY ...] [--store DIR]       re-hash artifacts against their manifests
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import flows  # noqa: F401  (sets Prefect's telemetry off before anything imports prefect)
+from r1.config import ConfigError
+from r1.store import Store
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flows import recipes
+
+    recipe = recipes.load(args.flow, args.recipe, args.overrides)
+    flow_fn = _flow(args.flow)
+    report = flow_fn(recipe)
+    print(f"report: {report}", flush=True)
+    return 0
+
+
+def _flow(name: str):
+    if name == "r1-zero":
+        from flows.r1_zero import r1_zero
+
+        return r1_zero
+    if name == "r1-full":
+        from flows.r1_full import r1_full
+
+        return r1_full
+    raise ConfigError(f"unknown flow {name!r}")
+
+
+def _config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from flows import recipes
+
+    recipe = recipes.load(args.flow, args.recipe, args.overrides)
+    print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
+def _artifacts(args: argparse.Namespace) -> int:
+    store = Store(args.store) if args.store else Store()
+    rows = store.list()
+    if not rows:
+        print(f"no artifacts in {store.artifacts}")
+        return 0
+    for m in rows:
+        inputs = ", ".join(f"{role}={key}" for role, key in sorted(m.get("inputs", {}).items())) or "-"
+        print(f"{m['key']:<32} {m.get('created', ''):<26} inputs: {inputs}")
+    return 0
+
+
+def _lineage(args: argparse.Namespace) -> int:
+    store = Store(args.store) if args.store else Store()
+    if not store.exists(args.key):
+        print(f"no artifact {args.key!r} in {store.artifacts}", file=sys.stderr)
+        return 1
+    for depth, role, key in store.lineage(args.key):
+        print("  " * depth + (f"{role}: " if role else "") + key)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    store = Store(args.store) if args.store else Store()
+    keys = args.keys or [m["key"] for m in store.list()]
+    bad = 0
+    for key in keys:
+        v = store.verify(key, deep=True)
+        bad += not v.ok
+        print(f"{'ok ' if v.ok else 'BAD'} {key}" + (f"  ({v.reason})" if not v.ok else ""))
+    return 1 if bad else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="r1", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, fn, help_ in (("run", _run, "run a flow"), ("config", _config, "print the resolved recipe")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("flow", help="r1-zero | r1-full")
+        s.add_argument("--recipe", help="recipe YAML (default: configs/<flow>.yaml)")
+        s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. r1_zero.learning_rate=1e-4")
+        s.set_defaults(fn=fn)
+    s = sub.add_parser("artifacts", help="list artifacts")
+    s.add_argument("--store")
+    s.set_defaults(fn=_artifacts)
+    s = sub.add_parser("lineage", help="an artifact's ancestry")
+    s.add_argument("key")
+    s.add_argument("--store")
+    s.set_defaults(fn=_lineage)
+    s = sub.add_parser("verify", help="re-hash artifacts")
+    s.add_argument("keys", nargs="*")
+    s.add_argument("--store")
+    s.set_defaults(fn=_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Stages as Prefect tasks whose cache key is the artifact key, plus the recipe's runtime section.
+
+A Prefect cache hit is accepted only when the artifact's manifest verifies: the wrapper plans the
+stage first and, when the artifact is missing or corrupt, runs the task with ``refresh_cache``
+so Prefect's record (which would survive deleted files) is ignored and rewritten.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import CachePolicy
+from pydantic import BaseModel, Field
+
+from r1.config import Section
+from r1.runner import Stage, plan, run_stage
+from r1.store import ArtifactRef, Store
+
+
+class Runtime(Section):
+    """How this machine runs the recipe; never part of an artifact key."""
+
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice)")
+    hf_offline: bool = Field(True, description="set HF_HUB_OFFLINE=1 (nothing is fetched from a model hub)")
+
+
+class _ArtifactKey(CachePolicy):
+    """Prefect cache policy: the key is the artifact key passed in as the ``key`` parameter."""
+
+    def compute_key(self, task_ctx, inputs, flow_parameters, **kwargs):
+        return inputs["key"]
+
+
+_TASKS: dict[str, object] = {}
+
+
+def _task_for(stage: Stage):
+    """One Prefect task per kind of stage, versioned by the stage version."""
+    if stage.name not in _TASKS:
+
+        def body(key: str, store_root: str, config: BaseModel, inputs: dict[str, ArtifactRef], label: str):
+            ref = run_stage(Store(store_root), stage, config, inputs, label=label, announce=False)
+            assert ref.key == key, f"stage {label} produced {ref.key}, planned {key}"
+            return ref
+
+        _TASKS[stage.name] = task(
+            body,
+            name=stage.name,
+            version=stage.version,
+            cache_policy=_ArtifactKey(),
+            persist_result=True,
+            result_serializer="json",
+        )
+    return _TASKS[stage.name]
+
+
+def stage_task(
+    store: Store, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], label: str
+) -> ArtifactRef:
+    """Run ``stage`` as a Prefect task (or take its verified cache hit); print its status line."""
+    p = plan(store, stage, config, inputs, label)
+    print(p.line(), flush=True)
+    t = _task_for(stage).with_options(task_run_name=label, refresh_cache=p.status != "cached")
+    return t(key=p.key, store_root=str(store.root), config=config, inputs=inputs, label=label)
+
+
+def apply_runtime(runtime: Runtime) -> None:
+    """Apply the recipe's runtime section to this process (threads, hub access)."""
+    import torch
+
+    if runtime.num_threads:
+        torch.set_num_threads(runtime.num_threads)
+    if runtime.hf_offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def store_for(recipe_store: str | None) -> Store:
+    """The recipe's store, else ``$R1_STORE``, else ``runs/`` in the project."""
+    return Store(Path(recipe_store)) if recipe_store else Store()
+
+
+def publish_report(store: Store, name: str, report: ArtifactRef) -> str:
+    """Point ``<store>/reports/<name>`` at the report artifact, show it in Prefect's UI, return report.json."""
+    from prefect.artifacts import create_markdown_artifact
+
+    link = store.root / "reports" / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(link.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(Path(report.path).resolve(), target_is_directory=True)
+    tmp.replace(link)
+    md = Path(report.path, "report.md").read_text(encoding="utf-8")
+    create_markdown_artifact(md, key=_artifact_key(name), description=f"{name} report ({report.key})")
+    return str(Path(report.path, "report.json"))
+
+
+def _artifact_key(name: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or "report"

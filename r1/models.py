@@ -1,0 +1,142 @@
+"""Tokenizer and model builders and loaders shared by every stage.
+
+The micro-world builds its own word-level tokenizer and a small Llama model; real recipes load a
+Hugging Face checkpoint from a local path or the hub. Either way a stage gets back a standard
+``PreTrainedModel`` and tokenizer, and writes standard Hugging Face folders.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# R1's tags are ordinary tokens, not special ones: TRL decodes completions with
+# skip_special_tokens=True, which would strip special tags before the format reward sees them.
+TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+
+# A chat template whose assistant turn starts right after "Assistant:", so that a rendered prompt
+# (add_generation_prompt) is a strict prefix of the rendered prompt + completion, as TRL's SFT
+# completion masks require.
+MICRO_CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}System:{{ m['content'] }}\n"
+    "{% elif m['role'] == 'user' %}User:{{ m['content'] }}\n"
+    "{% else %}Assistant:{{ m['content'] }}" + EOS + "\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+# Used for real tokenizers that ship without a chat template (base checkpoints): R1-Zero's prompt.
+R1_ZERO_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n"
+    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
+    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+_PIECE = r"<think>|</think>|<answer>|</answer>| ?[A-Za-z]+|\d|\s|[^\sA-Za-z\d]"
+
+
+class ModelConfig(BaseModel):
+    """A small Llama-architecture causal LM built from scratch (micro-world): sizes only.
+
+    Llama rather than Qwen2: transformers 5 overrides a Qwen2 checkpoint's own tokenizer.json
+    with Qwen's byte-level tokenizer class, so AutoTokenizer would not load our word tokenizer.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    hidden_size: int = Field(128, gt=0)
+    intermediate_size: int = Field(384, gt=0)
+    num_hidden_layers: int = Field(4, gt=0)
+    num_attention_heads: int = Field(4, gt=0)
+    num_key_value_heads: int = Field(2, gt=0)
+    max_position_embeddings: int = Field(192, gt=0)
+
+
+def build_word_tokenizer(words: list[str], chars: str):
+    """A word-level tokenizer over a closed lexicon: one token per word, digit, symbol or CJK char.
+
+    Decoding fuses tokens without separators (English words carry their own leading space), so
+    ``decode(encode(text)) == text`` for any text inside the lexicon.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = [PAD, EOS, UNK, *TAGS]
+    for w in words:
+        pieces += [w, " " + w]
+    pieces += list(dict.fromkeys(chars))
+    vocab = {p: i for i, p in enumerate(dict.fromkeys(pieces))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_PIECE), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
+    )
+    fast.chat_template = MICRO_CHAT_TEMPLATE
+    return fast
+
+
+def split_pieces(text: str) -> list[str]:
+    """The pre-tokenizer's split, for building a lexicon from text."""
+    return re.findall(_PIECE, text)
+
+
+def build_llama(cfg: ModelConfig, tokenizer, seed: int):
+    """A freshly initialised Llama causal LM sized by ``cfg`` for ``tokenizer``'s vocabulary."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
+    )
+    return model
+
+
+def load_tokenizer(path: str | Path):
+    """Load a tokenizer for generation: left padding, a pad token and a chat template guaranteed."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if not tok.chat_template:
+        tok.chat_template = R1_ZERO_TEMPLATE
+    return tok
+
+
+def load_model(path: str | Path, dtype: str = "auto"):
+    """Load a causal LM checkpoint onto the CPU (trainers move it where accelerate says)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+
+
+def save_checkpoint(model, tokenizer, out_dir: Path) -> None:
+    """Write a standard Hugging Face folder: safetensors weights, config, tokenizer, chat template."""
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(out_dir))

@@ -1,0 +1,112 @@
+"""Running a stage against the store: plan (key, cached/resume/run), then run and commit.
+
+A stage is a plain function over a typed config and its input artifacts; it never imports
+Prefect, so it runs and tests without it. Flows wrap :func:`run_stage` in Prefect tasks whose
+cache key is the artifact key (see ``flows/common.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from r1.config import hashable
+from r1.store import ArtifactRef, Store, artifact_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageContext:
+    """What a stage function receives."""
+
+    config: Any  # the stage's typed config section
+    inputs: dict[str, ArtifactRef]
+    out_dir: Path  # the artifact being written (temporary until the stage returns)
+    work_dir: Path  # survives a crash: checkpoints and shards to resume from
+    metrics: dict[str, Any] = field(default_factory=dict)  # lands in the manifest
+    label: str = ""  # the stage's name in the flow (e.g. "r1_zero" for a GRPO stage)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A kind of stage: name and version (both in the key), the function, and how it resumes."""
+
+    name: str
+    version: str
+    fn: Callable[[StageContext], None]
+    resume_step: Callable[[Path], int | None] | None = None  # work dir -> step it would resume from
+    resume_unit: str = "step"  # what resume_step counts: trainer steps, sampling shards
+    keep_work: bool = False  # keep the work dir after success (e.g. for inspection)
+
+
+@dataclass(frozen=True)
+class Plan:
+    key: str
+    status: Literal["cached", "running", "resuming"]
+    resume_step: int | None
+    label: str
+    unit: str = "step"
+
+    def line(self) -> str:
+        """The one status line a stage prints when it starts."""
+        what = {"cached": "cached", "running": "running"}.get(
+            self.status, f"resuming from {self.unit} {self.resume_step}"
+        )
+        return f"[{self.label}] {what} ({self.key})"
+
+
+def stage_key(stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef]) -> str:
+    return artifact_key(stage.name, stage.version, hashable(config), {k: v.key for k, v in inputs.items()})
+
+
+def plan(
+    store: Store, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], label: str = ""
+) -> Plan:
+    """Decide without side effects whether the stage is a cache hit, a resume or a fresh run."""
+    key = stage_key(stage, config, inputs)
+    label = label or stage.name
+    if store.verify(key).ok:
+        return Plan(key, "cached", None, label)
+    step = stage.resume_step(store.work_dir(key)) if stage.resume_step else None
+    return Plan(key, "resuming" if step else "running", step, label, stage.resume_unit)
+
+
+def run_stage(
+    store: Store,
+    stage: Stage,
+    config: BaseModel,
+    inputs: dict[str, ArtifactRef],
+    label: str = "",
+    announce: bool = True,
+) -> ArtifactRef:
+    """Return the verified artifact for this stage, running (or resuming) it when needed."""
+    p = plan(store, stage, config, inputs, label)
+    if announce:
+        print(p.line(), flush=True)
+    if p.status == "cached":
+        return store.ref(p.key)
+    existing = store.verify(p.key)
+    if store.path(p.key).exists() and not existing.ok:
+        log.warning("artifact %s fails verification (%s); rebuilding it", p.key, existing.reason)
+    work = store.work_dir(p.key)
+    work.mkdir(parents=True, exist_ok=True)
+    with store.writing(
+        p.key, stage.name, stage.version, hashable(config), {k: v.key for k, v in inputs.items()}
+    ) as w:
+        ctx = StageContext(config=config, inputs=inputs, out_dir=w.path, work_dir=work, label=p.label)
+        start = time.monotonic()
+        stage.fn(ctx)
+        w.metrics.update(ctx.metrics)
+        # This attempt's time only: a resumed stage reports what it took after the resume.
+        w.metrics["wall_seconds"] = round(time.monotonic() - start, 3)
+    if not stage.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return store.ref(p.key)

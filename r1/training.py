@@ -1,0 +1,130 @@
+"""What every trainer stage shares: device settings, checkpoint discovery, resume, logs.
+
+Trainer stages (pretraining, SFT, GRPO, reward model) all run a Hugging Face / TRL trainer whose
+``output_dir`` is the stage's work directory, so the trainer's own ``checkpoint-N`` folders are
+the resume state and ``resume_from_checkpoint`` continues from the newest complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+_CKPT = re.compile(r"^checkpoint-(\d+)$")
+# The Trainer writes trainer_state.json after weights, optimizer and RNG state: a checkpoint
+# without it was cut off mid-save.
+_COMPLETE_MARKER = "trainer_state.json"
+
+
+def _complete(ckpt: Path) -> bool:
+    has_weights = (
+        any(ckpt.glob("*.safetensors")) or any(ckpt.glob("*.bin")) or (ckpt / "pytorch_model.bin").exists()
+    )
+    return (ckpt / _COMPLETE_MARKER).is_file() and has_weights
+
+
+def last_checkpoint(work_dir: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` in ``work_dir``; incomplete ones are ignored."""
+    if not work_dir.is_dir():
+        return None
+    found = sorted(
+        ((int(m.group(1)), p) for p in work_dir.iterdir() if p.is_dir() and (m := _CKPT.match(p.name))),
+        reverse=True,
+    )
+    for _, path in found:
+        if _complete(path):
+            return path
+        log.warning("ignoring incomplete checkpoint %s (killed while saving)", path)
+    return None
+
+
+def drop_incomplete_checkpoints(work_dir: Path) -> None:
+    """Remove checkpoints cut off mid-save, so the Trainer's rotation never counts them."""
+    if not work_dir.is_dir():
+        return
+    for p in work_dir.iterdir():
+        if p.is_dir() and _CKPT.match(p.name) and not _complete(p):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def resume_step(work_dir: Path) -> int | None:
+    """The global step a trainer stage would resume from (``Stage.resume_step``)."""
+    ckpt = last_checkpoint(work_dir)
+    return int(_CKPT.match(ckpt.name).group(1)) if ckpt else None
+
+
+def device_kwargs(use_cpu: bool) -> dict[str, Any]:
+    """TrainingArguments for the device: on CPU TRL needs ``use_cpu=True, bf16=False``."""
+    if use_cpu:
+        return {"use_cpu": True, "bf16": False, "fp16": False}
+    return {"bf16": True}
+
+
+def common_trainer_kwargs(work_dir: Path, seed: int, save_steps: int, logging_steps: int) -> dict[str, Any]:
+    """Arguments every stage's trainer shares: checkpoints in the work dir, no hub, no trackers."""
+    return {
+        "output_dir": str(work_dir),
+        "seed": seed,
+        "save_strategy": "steps",
+        "save_steps": save_steps,
+        "save_total_limit": 2,
+        "logging_steps": logging_steps,
+        "report_to": [],
+        "disable_tqdm": True,
+        "push_to_hub": False,
+        "dataloader_num_workers": 0,
+    }
+
+
+def train_with_resume(trainer, work_dir: Path) -> None:
+    """``trainer.train()``, continuing from the newest complete checkpoint in ``work_dir`` if any."""
+    drop_incomplete_checkpoints(work_dir)
+    ckpt = last_checkpoint(work_dir)
+    trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+
+
+def write_log_history(trainer, path: Path) -> list[dict[str, Any]]:
+    """The trainer's per-step log (restored across resumes from trainer_state.json) as JSON lines."""
+    history = [dict(h) for h in trainer.state.log_history]
+    with open(path, "w", encoding="utf-8") as f:
+        for row in history:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+    return history
+
+
+def read_log_history(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class ProgressPrinter:
+    """A compact progress line every ``every`` steps instead of the Trainer's raw log dicts.
+
+    Built lazily as a ``TrainerCallback`` subclass so importing this module stays light.
+    """
+
+    def __new__(cls, label: str, every: int, keys: dict[str, str]):
+        from transformers import TrainerCallback
+
+        class _Printer(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if not logs or state.global_step % every and state.global_step != state.max_steps:
+                    return
+                shown = "  ".join(f"{short} {logs[k]:.3g}" for k, short in keys.items() if k in logs)
+                if shown:
+                    print(f"[{label}] step {state.global_step}/{state.max_steps}  {shown}", flush=True)
+
+        return _Printer()
+
+
+def quiet_trainer(trainer) -> None:
+    """Drop the Trainer's PrinterCallback (it prints every raw log dict when tqdm is off)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)

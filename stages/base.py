@@ -1,0 +1,114 @@
+"""Base-model stage: the starting checkpoint of every branch.
+
+``kind: micro`` builds a word tokenizer and a small Llama model and pretrains it on the
+micro-world corpus (loss on every token, like pretraining), so the base is partly competent: its
+habit is the corpus's systematic error, while the correct skill is in its distribution.
+``kind: pretrained`` imports a Hugging Face checkpoint (local path, or hub id when online) into
+the store, so every later stage reads a content-addressed copy.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from data.microworld import CHINESE_CHARS, ENGLISH_WORDS, SYMBOLS
+from r1.config import Section
+from r1.models import (
+    ModelConfig,
+    build_llama,
+    build_word_tokenizer,
+    load_model,
+    load_tokenizer,
+    save_checkpoint,
+)
+from r1.runner import Stage, StageContext
+from r1.training import resume_step, write_log_history
+from stages.sft import TrainConfig, train_lm
+
+
+class PretrainConfig(TrainConfig):
+    """Pretraining defaults (a class, not a default instance, so a partial section keeps them)."""
+
+    max_steps: int = 800
+    batch_size: int = Field(32, gt=0, description="packed rows of block_size tokens")
+    learning_rate: float = Field(1e-3, gt=0)
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+
+
+class MicroBase(Section):
+    kind: Literal["micro"] = "micro"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
+    block_size: int = Field(128, gt=8, description="tokens per packed pretraining row")
+    seed: int = 0
+
+
+class PretrainedBase(Section):
+    kind: Literal["pretrained"] = "pretrained"
+    path: str = Field(description="local Hugging Face folder, or a hub id when the machine is online")
+    dtype: str = "auto"
+
+
+BaseConfig = Annotated[MicroBase | PretrainedBase, Field(discriminator="kind")]
+
+
+def _corpus_text(dataset, tokenizer) -> list[str]:
+    """Corpus rows rendered through the chat template, the way the model will be prompted."""
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}, {"role": "assistant", "content": c}], tokenize=False
+        )
+        for p, c in zip(dataset["prompt"], dataset["completion"], strict=True)
+    ]
+
+
+def pack_blocks(texts: list[str], tokenizer, block_size: int, seed: int) -> list[list[int]]:
+    """Shuffle, tokenize, concatenate and cut into full blocks, as LM pretraining does.
+
+    No padding is computed at all, and plain causal attention runs over block boundaries between
+    documents (each ends in EOS). Two cheaper-looking options lose here: length-grouped batches
+    stall learning (batches of one length are too correlated), and TRL's own packing passes
+    per-document position ids that take a ~10x slower attention path on CPU.
+    """
+    import random
+
+    order = list(range(len(texts)))
+    random.Random(seed).shuffle(order)
+    ids = tokenizer([texts[i] for i in order], add_special_tokens=False)["input_ids"]
+    stream = [t for row in ids for t in row]
+    return [stream[i : i + block_size] for i in range(0, len(stream) - block_size + 1, block_size)]
+
+
+def build_base(ctx: StageContext) -> None:
+    cfg = ctx.config
+    if cfg.kind == "pretrained":
+        tokenizer = load_tokenizer(cfg.path)
+        save_checkpoint(load_model(cfg.path, cfg.dtype), tokenizer, ctx.out_dir)
+        ctx.metrics["source"] = cfg.path
+        return
+    from datasets import Dataset, load_from_disk
+
+    corpus = load_from_disk(ctx.inputs["data"].path)["corpus"]
+    tokenizer = build_word_tokenizer(list(ENGLISH_WORDS), CHINESE_CHARS + SYMBOLS)
+    model = build_llama(cfg.model, tokenizer, cfg.seed)
+    blocks = pack_blocks(_corpus_text(corpus, tokenizer), tokenizer, cfg.block_size, cfg.seed)
+    text = Dataset.from_dict({"input_ids": blocks})
+    trainer = train_lm(
+        model, tokenizer, text, cfg.pretrain, ctx.work_dir, completion_only_loss=False, label=ctx.label
+    )
+    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
+    history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
+    losses = [h["loss"] for h in history if "loss" in h]
+    ctx.metrics.update(
+        {
+            "parameters": sum(p.numel() for p in trainer.model.parameters()),
+            "vocab_size": len(tokenizer),
+            "steps": trainer.state.global_step,
+            "final_loss": losses[-1] if losses else None,
+        }
+    )
+
+
+STAGE = Stage(name="base", version="2", fn=build_base, resume_step=resume_step)

@@ -1,0 +1,214 @@
+"""GRPO stage on TRL's GRPOTrainer: one implementation for R1-Zero, reasoning RL and final RL.
+
+The variant knobs (``loss_type``, ``beta``, ``scale_rewards``, ``epsilon``/``epsilon_high``,
+``importance_sampling_level``, ``num_generations``, temperature, ...) pass straight through from
+the recipe, because TRL's defaults are not R1's: a recipe that means R1's GRPO says so
+explicitly. Rewards come from the registry (``r1.rewards``) with weights side by side.
+Checkpoints are the Trainer's own ``checkpoint-N`` folders in the work directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from r1.config import Section, unhashed
+from r1.models import load_model, load_tokenizer, save_checkpoint
+from r1.rewards import RewardSpec, build_rewards
+from r1.runner import Stage, StageContext
+from r1.training import (
+    ProgressPrinter,
+    common_trainer_kwargs,
+    device_kwargs,
+    quiet_trainer,
+    resume_step,
+    train_with_resume,
+    write_log_history,
+)
+
+
+class GRPOStageConfig(Section):
+    split: str = "train"
+    max_steps: int = Field(300, gt=0)
+    learning_rate: float = Field(5e-5, gt=0)
+    lr_scheduler: str = "constant"
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    prompts_per_step: int = Field(8, gt=0)
+    num_generations: int = Field(8, gt=1, description="G: completions per prompt (a group)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_completion_length: int = Field(64, gt=0)
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 loads no reference model")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dr_grpo"
+    scale_rewards: Literal["group", "batch", "none"] = "none"
+    epsilon: float = Field(0.2, gt=0)
+    epsilon_high: float | None = Field(None, gt=0, description="DAPO clip-higher (e.g. 0.28)")
+    importance_sampling_level: Literal["token", "sequence"] = Field("token", description="sequence = GSPO")
+    num_iterations: int = Field(1, gt=0, description="policy updates per generation batch (mu)")
+    mask_truncated_completions: bool = False
+    sync_ref_model: bool = False
+    ref_model_sync_steps: int = Field(400, gt=0)
+    ref_model_mixup_alpha: float = Field(1.0, ge=0, le=1)
+    rewards: list[RewardSpec] = Field(
+        default_factory=lambda: [
+            RewardSpec(name="accuracy", weight=1.0),
+            RewardSpec(name="format", weight=1.0),
+        ]
+    )
+    general_split: str | None = Field(
+        None, description="data split of general prompts, mixed in for the last steps (R1's final RL stage)"
+    )
+    general_from: float = Field(
+        0.75, ge=0, lt=1, description="fraction of steps before general prompts enter"
+    )
+    general_share: float = Field(
+        0.5, gt=0, le=1, description="share of each later step's prompts that are general"
+    )
+    seed: int = 0
+    save_steps: int = Field(50, gt=0, **unhashed())
+    logging_steps: int = Field(1, gt=0, **unhashed())
+    print_every: int = Field(20, gt=0, **unhashed())
+    trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.GRPOConfig")
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOStageConfig:
+        if not self.rewards:
+            raise ValueError("grpo needs at least one reward")
+        return self
+
+
+PHASED_COLUMNS = ("prompt", "answer", "language", "kind")
+
+
+def phased_prompts(reasoning, general, cfg: GRPOStageConfig):
+    """The exact prompt order of a run whose general prompts enter late (R1 stage 4).
+
+    Steps before ``general_from * max_steps`` see reasoning prompts only; later steps mix in
+    ``general_share`` general prompts, which carry no reference answer (the reward model judges
+    them). TRL then reads this dataset in order (``shuffle_dataset=False``), one step's prompts
+    after the other, so a resumed run continues the same schedule.
+    """
+    import random
+
+    from datasets import Dataset
+
+    rng = random.Random(cfg.seed)
+    pools = {name: list(range(len(ds))) for name, ds in (("reasoning", reasoning), ("general", general))}
+    for order in pools.values():
+        rng.shuffle(order)
+    cursor = {"reasoning": 0, "general": 0}
+
+    def take(name: str) -> dict:
+        ds, order = (reasoning, pools["reasoning"]) if name == "reasoning" else (general, pools["general"])
+        row = ds[order[cursor[name] % len(order)]]
+        cursor[name] += 1
+        return {
+            "prompt": row["prompt"],
+            "answer": row["answer"] if name == "reasoning" else None,
+            "language": row["language"],
+            "kind": name,
+        }
+
+    start = int(cfg.general_from * cfg.max_steps)
+    n_general = max(1, round(cfg.general_share * cfg.prompts_per_step))
+    rows = []
+    for step in range(cfg.max_steps):
+        k = n_general if step >= start else 0
+        rows += [take("general") for _ in range(k)] + [
+            take("reasoning") for _ in range(cfg.prompts_per_step - k)
+        ]
+    return Dataset.from_list(rows)
+
+
+def grpo_args(cfg: GRPOStageConfig, work_dir, use_cpu: bool):
+    """The TRL GRPOConfig for this stage (one optimizer step per generation batch)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        **common_trainer_kwargs(work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
+        **device_kwargs(use_cpu),
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+        num_generations=cfg.num_generations,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_completion_length=cfg.max_completion_length,
+        beta=cfg.beta,
+        loss_type=cfg.loss_type,
+        scale_rewards=cfg.scale_rewards,
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon,
+        importance_sampling_level=cfg.importance_sampling_level,
+        num_iterations=cfg.num_iterations,
+        mask_truncated_completions=cfg.mask_truncated_completions,
+        sync_ref_model=cfg.sync_ref_model,
+        ref_model_sync_steps=cfg.ref_model_sync_steps,
+        ref_model_mixup_alpha=cfg.ref_model_mixup_alpha,
+        reward_weights=[spec.weight for spec in cfg.rewards],
+        shuffle_dataset=cfg.general_split is None,
+        gradient_checkpointing=False,
+        **cfg.trl_args,
+    )
+
+
+def make_trainer(
+    model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, use_cpu: bool = True, reward_context=None
+):
+    """A GRPOTrainer over ``dataset`` with the recipe's rewards and knobs."""
+    from trl import GRPOTrainer
+
+    funcs, _ = build_rewards(cfg.rewards, reward_context)
+    args = grpo_args(cfg, work_dir, use_cpu)
+    return GRPOTrainer(
+        model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+
+
+def run_grpo(ctx: StageContext) -> None:
+    import torch
+    from datasets import load_from_disk
+
+    cfg: GRPOStageConfig = ctx.config
+    model_dir = ctx.inputs["model"].path
+    data = load_from_disk(ctx.inputs["data"].path)
+    dataset = data[cfg.split]
+    if cfg.general_split:
+        dataset = phased_prompts(dataset, data[cfg.general_split], cfg)
+    context = {"reward_model_path": ctx.inputs["reward_model"].path} if "reward_model" in ctx.inputs else None
+    tokenizer = load_tokenizer(model_dir)
+    trainer = make_trainer(
+        load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, not torch.cuda.is_available(), context
+    )
+    quiet_trainer(trainer)
+    trainer.add_callback(ProgressPrinter(ctx.label, cfg.print_every, _progress_keys(cfg)))
+    train_with_resume(trainer, ctx.work_dir)
+    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
+    history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
+    steps = [h for h in history if "reward" in h]
+    ctx.metrics.update(
+        {
+            "steps": trainer.state.global_step,
+            "first_reward": steps[0]["reward"] if steps else None,
+            "final_reward": sum(h["reward"] for h in steps[-10:]) / len(steps[-10:]) if steps else None,
+        }
+    )
+
+
+def _progress_keys(cfg: GRPOStageConfig) -> dict[str, str]:
+    keys = {"reward": "reward"}
+    for spec in cfg.rewards:
+        keys[f"rewards/{spec.name}/mean"] = spec.name[:4]
+    keys["completions/mean_length"] = "len"
+    keys["entropy"] = "entropy"
+    return keys
+
+
+STAGE = Stage(name="grpo", version="1", fn=run_grpo, resume_step=resume_step)

@@ -1,0 +1,145 @@
+"""Preference pairs and the helpfulness reward model (R1 stage 4's neural reward).
+
+``preferences`` builds chosen/rejected pairs on general prompts: a correct, concise final summary
+against a wrong, evasive or rambling one, in both languages; a held-out split measures the reward
+model. ``reward_model`` trains a sequence-classification head with TRL's RewardTrainer (pairwise
+Bradley-Terry loss) and reports its held-out pairwise accuracy. R1's reward model scores only the
+final summary (the text after ``</think>``), so the pairs hold summaries, not chains of thought.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from pydantic import Field
+
+from data import microworld
+from r1.config import Section
+from r1.models import load_tokenizer
+from r1.rewards import RewardModelScorer, summary_of
+from r1.runner import Stage, StageContext
+from r1.training import (
+    ProgressPrinter,
+    common_trainer_kwargs,
+    device_kwargs,
+    quiet_trainer,
+    resume_step,
+    train_with_resume,
+)
+from stages.sft import TrainConfig
+
+
+class PreferenceConfig(Section):
+    split: str = "general"
+    n_test: int = Field(400, gt=0, description="held-out pairs (their prompts never in training pairs)")
+    n_train: int | None = Field(None, gt=0, description="training pairs (default: all other prompts)")
+    seed: int = 0
+
+
+class RewardModelConfig(TrainConfig):
+    max_steps: int = 300
+    batch_size: int = Field(32, gt=0)
+    learning_rate: float = Field(5e-4, gt=0)
+    max_length: int = Field(64, gt=0)
+    center_rewards_coefficient: float | None = Field(0.01, description="keeps scores near 0 (RewardTrainer)")
+    eval_split: str = "test"
+
+
+def _pair_row(row: dict, rng: random.Random) -> dict:
+    task = microworld.GeneralTask(
+        row["prompt"][-1]["content"], row["answer"], row["wrong"], row["language"], row["task"]
+    )
+    chosen, rejected, flaw = microworld.preference_pair(task, rng)
+    return {
+        "prompt": row["prompt"],
+        "chosen": [{"role": "assistant", "content": summary_of(chosen)}],
+        "rejected": [{"role": "assistant", "content": summary_of(rejected)}],
+        "flaw": flaw,
+        "language": row["language"],
+        "task": row["task"],
+    }
+
+
+def build_preferences(ctx: StageContext) -> None:
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    cfg: PreferenceConfig = ctx.config
+    general = load_from_disk(ctx.inputs["data"].path)[cfg.split]
+    if not {"answer", "wrong", "task"} <= set(general.column_names):
+        raise ValueError(f"split {cfg.split!r} has no answer/wrong/task columns to build pairs from")
+    rng = random.Random(f"{cfg.seed}-preferences")
+    order = list(range(len(general)))
+    rng.shuffle(order)
+    test_idx = order[: cfg.n_test]
+    held_out = {general[i]["prompt"][-1]["content"] for i in test_idx}
+    train_idx = [i for i in order[cfg.n_test :] if general[i]["prompt"][-1]["content"] not in held_out]
+    train_idx = train_idx[: cfg.n_train] if cfg.n_train else train_idx
+    if not train_idx:
+        raise ValueError(f"no training pairs left after holding out {cfg.n_test} of {len(general)} prompts")
+    DatasetDict(
+        {
+            "train": Dataset.from_list([_pair_row(general[i], rng) for i in train_idx]),
+            "test": Dataset.from_list([_pair_row(general[i], rng) for i in test_idx]),
+        }
+    ).save_to_disk(str(ctx.out_dir))
+    ctx.metrics.update({"n_train": len(train_idx), "n_test": len(test_idx)})
+
+
+def pairwise_accuracy(scorer: RewardModelScorer, pairs) -> dict[str, float]:
+    """Share of held-out pairs where the chosen summary outscores the rejected one, overall and by flaw."""
+    prompts = list(pairs["prompt"])
+    chosen = scorer.score(prompts, [c[0]["content"] for c in pairs["chosen"]])
+    rejected = scorer.score(prompts, [r[0]["content"] for r in pairs["rejected"]])
+    wins = [c > r for c, r in zip(chosen, rejected, strict=True)]
+    out = {"pairwise_accuracy": sum(wins) / len(wins)}
+    for flaw in sorted(set(pairs["flaw"])):
+        idx = [i for i, f in enumerate(pairs["flaw"]) if f == flaw]
+        out[f"pairwise_accuracy/{flaw}"] = sum(wins[i] for i in idx) / len(idx)
+    return out
+
+
+def train_reward_model(ctx: StageContext) -> None:
+    import torch
+    from datasets import load_from_disk
+    from transformers import AutoModelForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    cfg: RewardModelConfig = ctx.config
+    model_dir = ctx.inputs["model"].path
+    pairs = load_from_disk(ctx.inputs["pairs"].path)
+    tokenizer = load_tokenizer(model_dir)
+    tokenizer.padding_side = "right"
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    args = RewardConfig(
+        **common_trainer_kwargs(ctx.work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
+        **device_kwargs(not torch.cuda.is_available()),
+        max_steps=cfg.max_steps,
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        max_length=cfg.max_length,
+        center_rewards_coefficient=cfg.center_rewards_coefficient,
+        gradient_checkpointing=False,
+        **cfg.trl_args,
+    )
+    trainer = RewardTrainer(model=model, args=args, train_dataset=pairs["train"], processing_class=tokenizer)
+    quiet_trainer(trainer)
+    trainer.add_callback(
+        ProgressPrinter(ctx.label, max(cfg.logging_steps, 50), {"loss": "loss", "accuracy": "acc"})
+    )
+    train_with_resume(trainer, ctx.work_dir)
+    trainer.model.save_pretrained(str(ctx.out_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(ctx.out_dir))
+    metrics = pairwise_accuracy(RewardModelScorer.load(ctx.out_dir), pairs[cfg.eval_split])
+    (ctx.out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    ctx.metrics.update({**metrics, "steps": trainer.state.global_step})
+    print(f"[{ctx.label}] held-out pairwise accuracy {metrics['pairwise_accuracy']:.3f}", flush=True)
+
+
+PREFERENCES = Stage(name="preferences", version="1", fn=build_preferences)
+STAGE = Stage(name="reward_model", version="1", fn=train_reward_model, resume_step=resume_step)

@@ -1,0 +1,118 @@
+"""Sampling stage: N scored completions per prompt from a checkpoint, written in resumable shards.
+
+One implementation for every "generate from a model" step of the recipe: R1-Zero outputs for
+the cold-start set, rejection sampling from the reasoning-RL checkpoint, and teacher traces for
+distillation. Shards are committed atomically (written to a temporary folder, then renamed), so a
+killed run resumes at the first unfinished shard, never duplicates or loses a row, and reproduces
+exactly the rows of an uninterrupted run: each shard's sampling is seeded by its content.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Literal
+
+from pydantic import Field
+
+from r1.config import Section
+from r1.generation import SamplingConfig, make_backend
+from r1.rewards import RewardSpec, build_rewards
+from r1.runner import Stage, StageContext
+
+_SHARD = "shard-{:05d}"
+
+
+class SampleConfig(Section):
+    split: str = "train"
+    limit: int | None = Field(None, gt=0, description="sample for the first N prompts only")
+    n: int = Field(4, gt=0, description="completions per prompt")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(96, gt=0)
+    seed: int = 0
+    backend: Literal["transformers", "vllm"] = "transformers"
+    batch_size: int = Field(512, gt=0, description="sequences per generate call")
+    shard_size: int = Field(256, gt=0, description="prompts per shard (the unit of resume)")
+    rewards: list[RewardSpec] = Field(
+        default_factory=lambda: [
+            RewardSpec(name="accuracy"),
+            RewardSpec(name="format"),
+            RewardSpec(name="language_consistency"),
+        ],
+        description="scores stored with every completion (reward_<name> columns)",
+    )
+
+
+def finished_shards(work_dir) -> int:
+    """Shards already committed in ``work_dir`` (``Stage.resume_step`` for sampling)."""
+    shards = work_dir / "shards"
+    return len(list(shards.glob("shard-*"))) if shards.is_dir() else 0
+
+
+def _shard_rows(prompts: list[dict], start: int, groups, rewards, model_key: str) -> list[dict]:
+    rows = []
+    for offset, (row, group) in enumerate(zip(prompts, groups, strict=True)):
+        for j, g in enumerate(group):
+            rows.append(
+                {
+                    **row,
+                    "completion": g.text,
+                    "prompt_index": start + offset,
+                    "sample_index": j,
+                    "num_tokens": g.num_tokens,
+                    "finished": g.finished,
+                    "source": model_key,
+                }
+            )
+    if not rows:
+        return rows
+    columns = {k: [r[k] for r in rows] for k in rows[0] if k not in ("completion", "prompt")}
+    completions = [r["completion"] for r in rows]
+    for fn in rewards:
+        scores = fn(completions, prompts=[r["prompt"] for r in rows], **columns)
+        for r, s in zip(rows, scores, strict=True):
+            r[f"reward_{fn.__name__}"] = s
+    return rows
+
+
+def sample(ctx: StageContext) -> None:
+    from datasets import Dataset, concatenate_datasets, load_from_disk
+
+    cfg: SampleConfig = ctx.config
+    data = load_from_disk(ctx.inputs["data"].path)[cfg.split]
+    if cfg.limit:
+        data = data.select(range(min(cfg.limit, len(data))))
+    rewards, _ = build_rewards(cfg.rewards)
+    shards = ctx.work_dir / "shards"
+    shards.mkdir(parents=True, exist_ok=True)
+    for stale in shards.glob("tmp-*"):  # a shard cut off mid-write by a kill
+        shutil.rmtree(stale, ignore_errors=True)
+    backend = None
+    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    n_shards = (len(data) + cfg.shard_size - 1) // cfg.shard_size
+    for i in range(n_shards):
+        final = shards / _SHARD.format(i)
+        if final.exists():
+            continue
+        if backend is None:  # load the model only when a shard is left to generate
+            backend = make_backend(cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size)
+        start = i * cfg.shard_size
+        prompts = [dict(r) for r in data.select(range(start, min(start + cfg.shard_size, len(data))))]
+        groups = backend.generate([r["prompt"] for r in prompts], cfg.n, sampling, cfg.seed + i)
+        rows = _shard_rows(prompts, start, groups, rewards, ctx.inputs["model"].key)
+        tmp = shards / f"tmp-{i:05d}"
+        Dataset.from_list(rows).save_to_disk(str(tmp))
+        os.rename(tmp, final)
+        print(f"[{ctx.label}] shard {i + 1}/{n_shards}: {len(rows)} completions", flush=True)
+    parts = [load_from_disk(str(shards / _SHARD.format(i))) for i in range(n_shards)]
+    out = concatenate_datasets(parts) if parts else Dataset.from_list([])
+    out.save_to_disk(str(ctx.out_dir))
+    ctx.metrics.update({"prompts": len(data), "completions": len(out), "shards": n_shards})
+    for fn in rewards:
+        col = f"reward_{fn.__name__}"
+        values = [v for v in out[col] if v is not None] if len(out) else []
+        ctx.metrics[f"mean_{col}"] = sum(values) / len(values) if values else None
+
+
+STAGE = Stage(name="sample", version="1", fn=sample, resume_step=finished_shards, resume_unit="shard")

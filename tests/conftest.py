@@ -1,0 +1,57 @@
+"""Shared fixtures: one thread, no hub, Prefect on a throwaway local API, tiny models built here."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_R1_ZERO = ROOT / "configs" / "tiny" / "r1_zero.yaml"
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """A temporary Prefect API for the whole session (flows need one)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+@pytest.fixture
+def store(tmp_path):
+    from r1.store import Store
+
+    return Store(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def tiny_recipe():
+    from flows.recipes import load
+
+    return load("r1-zero", TINY_R1_ZERO)
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory, tiny_recipe):
+    """Task data and a briefly pretrained tiny base model, built once per session."""
+    from r1.runner import run_stage
+    from r1.store import Store
+    from stages import base, data
+
+    store = Store(tmp_path_factory.mktemp("world"))
+    task_data = run_stage(store, data.STAGE, tiny_recipe.data, {}, "data")
+    base_model = run_stage(store, base.STAGE, tiny_recipe.base, {"data": task_data}, "base")
+    return store, task_data, base_model

@@ -1,0 +1,129 @@
+"""The whole R1-Zero flow on the tiny recipe: runs, reports, reruns fully cached, resumes after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TINY_R1_ZERO
+
+pytestmark = pytest.mark.e2e
+STAGES = ("data", "base", "eval:base", "r1_zero", "eval:r1_zero", "report")
+
+
+def test_flow_runs_then_reruns_fully_cached(prefect_api, tmp_path, capsys):
+    from flows.r1_zero import r1_zero
+    from flows.recipes import load
+    from r1.store import Store
+
+    recipe = load("r1-zero", TINY_R1_ZERO, [f"store={tmp_path}"])
+    report_path = Path(r1_zero(recipe))
+    first = capsys.readouterr().out
+    for label in STAGES:
+        assert f"[{label}] running" in first
+    report = json.loads(report_path.read_text())
+    assert list(report["stages"]) == ["base", "r1_zero"]
+    for m in report["stages"].values():
+        assert {"accuracy", "pass@1", "format_rate", "mean_length"} <= set(m)
+    assert (report_path.parent / "grpo_curves.png").stat().st_size > 0
+    assert (tmp_path / "reports" / recipe.name / "report.json").is_file()
+    store = Store(tmp_path)
+    assert all(store.verify(m["key"]).ok for m in store.list())
+    n_artifacts = len(store.list())
+
+    assert Path(r1_zero(recipe)) == report_path
+    second = capsys.readouterr().out
+    for label in STAGES:
+        assert f"[{label}] cached" in second
+    assert "running" not in second
+    assert len(store.list()) == n_artifacts
+
+
+def _cli(store: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "run",
+        "r1-zero",
+        "--recipe",
+        str(TINY_R1_ZERO),
+        f"store={store}",
+        *extra,
+    ]
+
+
+def test_sigkill_during_grpo_then_rerun_resumes(tmp_path):
+    """Kill -9 the real CLI after GRPO's first checkpoint; the rerun skips finished stages and resumes."""
+    args = ("grpo.max_steps=40", "grpo.save_steps=4")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        _cli(tmp_path, *args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    work = tmp_path / "work"
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if any(work.glob("grpo-*/checkpoint-*/trainer_state.json")):
+                break
+            assert proc.poll() is None, "the run ended before GRPO's first checkpoint:\n" + proc.stdout.read()
+            time.sleep(0.05)
+        else:
+            pytest.fail("no GRPO checkpoint within 300 s")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert not list((tmp_path / "artifacts").glob("grpo-*")), "GRPO finished before the kill"
+
+    out = subprocess.run(
+        _cli(tmp_path, *args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    for label in ("data", "base", "eval:base"):
+        assert f"[{label}] cached" in out.stdout
+    resumed = [line for line in out.stdout.splitlines() if line.startswith("[r1_zero] resuming from step ")]
+    assert resumed, out.stdout
+    assert int(resumed[0].split("step ")[1].split()[0]) >= 4
+    assert "report: " in out.stdout
+    report = Path(out.stdout.split("report: ")[1].split()[0])
+    assert json.loads(report.read_text())["stages"]["r1_zero"]["n_problems"] == 16
+
+
+def test_r1_full_flow_reports_every_stage_and_reruns_cached(prefect_api, tmp_path, capsys):
+    from flows.r1_full import ORDER, r1_full
+    from flows.recipes import load
+    from r1.store import Store
+
+    full = load("r1-full", ROOT / "configs/tiny/r1_full.yaml", [f"store={tmp_path}"])
+    report_path = Path(r1_full(full))
+    out = capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert list(report["stages"]) == list(ORDER)
+    for m in report["stages"].values():
+        assert {"accuracy", "pass@1", "format_rate", "lang_consistency", "mean_length"} <= set(m)
+    assert 0.0 <= report["reward_model"]["pairwise_accuracy"] <= 1.0
+    store = Store(tmp_path)
+    assert all(store.verify(m["key"]).ok for m in store.list())
+    for label in (
+        "cold_start_samples",
+        "cold_start_data",
+        "cold_start_sft",
+        "reasoning_grpo",
+        "rejection_samples",
+        "rejection_data",
+        "rejection_sft",
+        "preferences",
+        "reward_model",
+        "final_grpo",
+    ):
+        assert f"[{label}] running" in out
+    assert Path(r1_full(full)) == report_path
+    second = capsys.readouterr().out
+    assert "running" not in second and second.count("cached") >= 20

@@ -1,0 +1,104 @@
+"""Rewards: TRL's calling convention, math-verify equivalence, bounded time, registry."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from r1.rewards import (
+    REGISTRY,
+    RewardError,
+    RewardSpec,
+    accuracy_reward,
+    build_rewards,
+    format_reward,
+    language_consistency_reward,
+    register,
+)
+
+
+def test_accuracy_uses_last_answer_then_boxed_and_math_equivalence():
+    completions = [
+        "<think>x</think><answer>1,000</answer>",
+        "<answer>\\frac12</answer>",
+        "so \\boxed{\\frac{1}{2}} it is",
+        "<answer>3</answer> no wait <answer>4</answer>",
+        "<think>no answer at all</think>",
+        "<answer>56 </answer>",
+    ]
+    gold = ["1000", "0.5", "0.5", "4", "1", "56"]
+    assert accuracy_reward(completions, answer=gold) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    assert accuracy_reward(["<answer>12</answer>"], answer=["13"]) == [0.0]
+
+
+def test_accuracy_accepts_chat_message_completions():
+    msgs = [[{"role": "assistant", "content": "<think>a</think><answer>7</answer>"}]]
+    assert accuracy_reward(msgs, answer=["7"]) == [1.0]
+
+
+def test_hostile_answer_is_bounded_in_time():
+    hostile = "<answer>" + "\\sqrt{" * 20000 + "2" + "}" * 20000 + "</answer>"
+    t = time.monotonic()
+    out = accuracy_reward([hostile, "<answer>2</answer>"], answer=["2", "2"], timeout_s=1.0)
+    assert time.monotonic() - t < 40  # first call also starts the worker
+    assert out[1] == 1.0 and out[0] in (0.0, 1.0)
+    # the worker was restarted if it had to be killed: later checks still work
+    assert accuracy_reward(["<answer>\\frac{6}{3}</answer>"], answer=["2"]) == [1.0]
+
+
+def test_format_reward_requires_think_then_answer():
+    cases = {
+        "<think>a</think><answer>1</answer>": 1.0,
+        "  <think>a</think>\n<answer>1</answer>\n": 1.0,
+        "<answer>1</answer><think>a</think>": 0.0,
+        "<think>a</think>": 0.0,
+        "<think>a</think><answer>1</answer> trailing": 0.0,
+        "<think>a<think>b</think><answer>1</answer>": 0.0,
+        "plain text": 0.0,
+    }
+    assert format_reward(list(cases)) == list(cases.values())
+
+
+def test_format_reward_handles_prefilled_think():
+    c = ["reasoning</think><answer>1</answer>"]
+    assert format_reward(c) == [0.0]
+    assert format_reward(c, prompts=["User: hi\nAssistant: <think>"]) == [1.0]
+    assert format_reward(c, think_prefilled=True) == [1.0]
+
+
+def test_language_consistency_counts_cot_words():
+    en = "<think>23+48=71, then 71-15=56. so the answer is 56.</think><answer>56</answer>"
+    mixed = "<think>23+48=71，然后 71-15=56. so the answer is 56.</think><answer>56</answer>"
+    no_words = "<think>1+2=3</think><answer>3</answer>"
+    out = language_consistency_reward([en, mixed, mixed, no_words], language=["en", "en", "zh", "zh"])
+    assert out[0] == 1.0 and out[3] == 1.0
+    assert out[1] == pytest.approx(4 / 6) and out[2] == pytest.approx(2 / 6)  # so/the/answer/is vs 然/后
+
+
+def test_registry_binds_kwargs_names_and_weights():
+    funcs, weights = build_rewards(
+        [
+            RewardSpec(name="accuracy", weight=1.0),
+            RewardSpec(name="format", weight=0.1, kwargs={"think_prefilled": True}),
+        ]
+    )
+    assert [f.__name__ for f in funcs] == ["accuracy", "format"] and weights == [1.0, 0.1]
+    assert funcs[1](["x</think><answer>1</answer>"]) == [1.0]
+    with pytest.raises(KeyError, match="unknown reward"):
+        build_rewards([RewardSpec(name="nope")])
+    with pytest.raises(ValueError, match="twice"):
+        build_rewards([RewardSpec(name="format"), RewardSpec(name="format")])
+
+
+def test_a_reward_that_throws_is_named():
+    @register("broken_for_test")
+    def broken(completions, **kw):
+        raise ZeroDivisionError("bad")
+
+    try:
+        (fn,), _ = build_rewards([RewardSpec(name="broken_for_test")])
+        with pytest.raises(RewardError, match="broken_for_test"):
+            fn(["x"])
+    finally:
+        REGISTRY.pop("broken_for_test")

@@ -1,0 +1,91 @@
+"""Each stage on tiny models: trainers change parameters, evaluation measures, stages resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from r1.runner import plan, run_stage
+from r1.training import last_checkpoint
+from stages import evaluate, grpo, report
+from stages.evaluate import EvalConfig
+
+
+def _weights(ref):
+    return load_file(ref.file("model.safetensors"))
+
+
+def test_task_data_and_base(tiny_world):
+    store, task_data, base_model = tiny_world
+    from datasets import load_from_disk
+
+    dd = load_from_disk(task_data.path)
+    assert set(dd) == {"train", "test", "corpus"}
+    assert {"prompt", "answer", "language"} <= set(dd["train"].column_names)
+    m = store.manifest(base_model.key)
+    assert m["metrics"]["steps"] == 20 and m["metrics"]["parameters"] > 0
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base_model.path)
+    assert tok.decode(tok("<think>1+2=3</think>")["input_ids"]) == "<think>1+2=3</think>"
+    assert tok.chat_template and tok.eos_token == "<eos>"
+    AutoModelForCausalLM.from_pretrained(base_model.path)
+
+
+def test_grpo_stage_changes_parameters_and_logs_rewards(tiny_world, tiny_recipe):
+    store, task_data, base_model = tiny_world
+    ref = run_stage(store, grpo.STAGE, tiny_recipe.grpo, {"model": base_model, "data": task_data}, "r1_zero")
+    before, after = _weights(base_model), _weights(ref)
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed, "GRPO left every parameter unchanged"
+    rows = [json.loads(x) for x in ref.file("train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward" in r]
+    assert len(steps) == tiny_recipe.grpo.max_steps
+    for key in ("rewards/accuracy/mean", "rewards/format/mean", "completions/mean_length"):
+        assert key in steps[0]
+    assert not store.work_dir(ref.key).exists()  # work dir cleaned after success
+
+
+def test_grpo_resumes_from_its_checkpoint_after_a_failure(tiny_world, tiny_recipe, monkeypatch):
+    store, task_data, base_model = tiny_world
+    cfg = tiny_recipe.grpo.model_copy(update={"seed": 123})
+    from r1 import rewards
+
+    calls = {"n": 0}
+    real = rewards.REGISTRY["format"]
+
+    def failing_format(completions, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:  # after the checkpoint at step 2
+            raise RuntimeError("injected failure")
+        return real(completions, **kw)
+
+    monkeypatch.setitem(rewards.REGISTRY, "format", failing_format)
+    inputs = {"model": base_model, "data": task_data}
+    with pytest.raises(rewards.RewardError, match="injected failure"):
+        run_stage(store, grpo.STAGE, cfg, inputs, "r1_zero")
+    p = plan(store, grpo.STAGE, cfg, inputs)
+    assert p.status == "resuming" and p.resume_step == 2
+    assert last_checkpoint(store.work_dir(p.key)).name == "checkpoint-2"
+    ref = run_stage(store, grpo.STAGE, cfg, inputs, "r1_zero")
+    assert store.verify(ref.key).ok
+    assert store.manifest(ref.key)["metrics"]["steps"] == cfg.max_steps
+    assert calls["n"] == 3 + (cfg.max_steps - 2)  # resumed at step 3, not from scratch
+
+
+def test_evaluate_measures_and_report_tabulates(tiny_world, tmp_path):
+    store, task_data, base_model = tiny_world
+    cfg = EvalConfig(k=2, max_new_tokens=16, limit=8)
+    ref = run_stage(store, evaluate.STAGE, cfg, {"model": base_model, "data": task_data}, "eval:base")
+    m = json.loads(ref.file("metrics.json").read_text())
+    for k in ("accuracy", "pass@1", "pass@k", "maj@k", "format_rate", "mean_length", "lang_consistency"):
+        assert 0 <= m[k] <= (cfg.max_new_tokens if k == "mean_length" else 1)
+    assert m["n_problems"] == 8 and m["k"] == 2 and m["pass@k"] >= m["pass@1"]
+    rcfg = report.ReportConfig(order=["base"], curves=[])
+    rep = run_stage(store, report.STAGE, rcfg, {"eval/base": ref}, "report")
+    data = json.loads(rep.file("report.json").read_text())
+    assert data["stages"]["base"]["accuracy"] == m["accuracy"]
+    assert "| base |" in rep.file("report.md").read_text()
