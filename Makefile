@@ -10,7 +10,7 @@ RECIPE ?=
 ARGS ?=
 RUN = $(PY) -m flows.cli run
 
-.PHONY: setup r1-zero test test-fast lint bench artifacts clean
+.PHONY: setup r1-zero r1-full distill-data distill test test-fast lint bench artifacts clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,15 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 r1-zero: setup
 	$(RUN) r1-zero $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
 
+r1-full: setup
+	$(RUN) r1-full $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+
+distill-data: setup
+	$(RUN) distill-data $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+
+distill: setup
+	$(RUN) distill $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+
 test: setup
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
@@ -35,7 +44,7 @@ lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 
 bench: setup
-	$(PY) bench/flow_overhead.py && $(PY) bench/grpo_throughput.py
+	$(PY) bench/flow_overhead.py && $(PY) bench/grpo_throughput.py && $(PY) bench/generation_throughput.py
 
 artifacts: setup
 	$(PY) -m flows.cli artifacts

@@ -21,9 +21,8 @@ def _run(args: argparse.Namespace) -> int:
     from flows import recipes
 
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
-    flow_fn = _flow(args.flow)
-    report = flow_fn(recipe)
-    print(f"report: {report}", flush=True)
+    result = _flow(args.flow)(recipe)
+    print(f"{'data' if args.flow == 'distill-data' else 'report'}: {result}", flush=True)
     return 0
 
 
@@ -36,6 +35,10 @@ def _flow(name: str):
         from flows.r1_full import r1_full
 
         return r1_full
+    if name in ("distill", "distill-data"):
+        from flows.distill import distill, distill_data
+
+        return distill if name == "distill" else distill_data
     raise ConfigError(f"unknown flow {name!r}")
 
 
@@ -89,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name, fn, help_ in (("run", _run, "run a flow"), ("config", _config, "print the resolved recipe")):
         s = sub.add_parser(name, help=help_)
-        s.add_argument("flow", help="r1-zero | r1-full")
+        s.add_argument("flow", help="r1-zero | r1-full | distill-data | distill")
         s.add_argument("--recipe", help="recipe YAML (default: configs/<flow>.yaml)")
         s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. r1_zero.learning_rate=1e-4")
         s.set_defaults(fn=fn)

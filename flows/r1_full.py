@@ -16,16 +16,14 @@ from prefect import flow
 from flows.common import apply_runtime, publish_report, stage_task, store_for
 from flows.r1_zero import evaluate_models, zero_branch
 from flows.recipes import R1FullRecipe
+from r1.store import ArtifactRef, Store
 from stages import curate, grpo, report, reward_model, sample, sft
 
 ORDER = ("base", "r1_zero", "cold_start_sft", "reasoning_grpo", "rejection_sft", "final_grpo")
 
 
-@flow(name="r1-full", log_prints=False)
-def r1_full(recipe: R1FullRecipe) -> str:
-    """Run the whole R1 recipe; return the path of report.json."""
-    apply_runtime(recipe.runtime)
-    store = store_for(recipe.store)
+def r1_pipeline(store: Store, recipe: R1FullRecipe) -> dict[str, ArtifactRef]:
+    """Every stage of the recipe up to the final model; returns the artifacts by stage name."""
     refs = zero_branch(store, recipe)
     task_data, base_model = refs["data"], refs["base"]
 
@@ -65,7 +63,7 @@ def r1_full(recipe: R1FullRecipe) -> str:
     pairs = stage_task(
         store, reward_model.PREFERENCES, recipe.preferences, {"data": task_data}, "preferences"
     )
-    rm = stage_task(
+    refs["reward_model"] = stage_task(
         store,
         reward_model.STAGE,
         recipe.reward_model,
@@ -76,14 +74,23 @@ def r1_full(recipe: R1FullRecipe) -> str:
         store,
         grpo.STAGE,
         recipe.final_grpo,
-        {"model": refs["rejection_sft"], "data": task_data, "reward_model": rm},
+        {"model": refs["rejection_sft"], "data": task_data, "reward_model": refs["reward_model"]},
         "final_grpo",
     )
-    evals = evaluate_models(store, recipe, task_data, {name: refs[name] for name in ORDER})
+    return refs
+
+
+@flow(name="r1-full", log_prints=False)
+def r1_full(recipe: R1FullRecipe) -> str:
+    """Run the whole R1 recipe; return the path of report.json."""
+    apply_runtime(recipe.runtime)
+    store = store_for(recipe.store)
+    refs = r1_pipeline(store, recipe)
+    evals = evaluate_models(store, recipe, refs["data"], {name: refs[name] for name in ORDER})
     curves = ["r1_zero", "reasoning_grpo", "final_grpo"]
     cfg = report.ReportConfig(
         title=f"{recipe.name}: the R1 pipeline on {recipe.data.kind}", order=list(ORDER), curves=curves
     )
-    inputs = {**evals, **{f"train/{c}": refs[c] for c in curves}, "extra/reward_model": rm}
+    inputs = {**evals, **{f"train/{c}": refs[c] for c in curves}, "extra/reward_model": refs["reward_model"]}
     out = stage_task(store, report.STAGE, cfg, inputs, "report")
     return publish_report(store, recipe.name, out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flows.common import Runtime
 from r1.config import Section, load_recipe
@@ -69,8 +69,51 @@ class R1FullRecipe(R1ZeroRecipe):
     final_grpo: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
 
 
-RECIPES: dict[str, type[Section]] = {"r1-zero": R1ZeroRecipe, "r1-full": R1FullRecipe}
-DEFAULT_RECIPE = {"r1-zero": CONFIGS / "r1_zero.yaml", "r1-full": CONFIGS / "r1_full.yaml"}
+class Teacher(Section):
+    """Where the distillation teacher comes from: this recipe's final R1 model, an artifact, a folder."""
+
+    source: Literal["pipeline", "artifact", "path"] = "pipeline"
+    artifact: str | None = Field(None, description="artifact key in the store (source: artifact)")
+    path: str | None = Field(None, description="Hugging Face folder or hub id (source: path)")
+
+    @model_validator(mode="after")
+    def _check(self) -> Teacher:
+        if self.source != "pipeline" and not getattr(self, self.source):
+            raise ValueError(f"teacher.source is {self.source!r} but teacher.{self.source} is not set")
+        return self
+
+
+class Distillation(Section):
+    """Teacher traces -> verified, filtered, decontaminated SFT set."""
+
+    teacher: Teacher = Field(default_factory=Teacher)
+    samples: SampleConfig = Field(default_factory=SampleConfig)
+    data: CurateConfig = Field(default_factory=CurateConfig)
+
+
+class DistillRecipe(R1FullRecipe):
+    """Distillation into a smaller student, compared with the same student trained by RL."""
+
+    flow: Literal["distill"] = "distill"
+    name: str = "distill"
+    distill: Distillation = Field(default_factory=Distillation)
+    student_base: BaseConfig = Field(default_factory=MicroBase)
+    student_sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
+    student_rl: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
+
+
+RECIPES: dict[str, type[Section]] = {
+    "r1-zero": R1ZeroRecipe,
+    "r1-full": R1FullRecipe,
+    "distill-data": DistillRecipe,
+    "distill": DistillRecipe,
+}
+DEFAULT_RECIPE = {
+    "r1-zero": CONFIGS / "r1_zero.yaml",
+    "r1-full": CONFIGS / "r1_full.yaml",
+    "distill-data": CONFIGS / "distill.yaml",
+    "distill": CONFIGS / "distill.yaml",
+}
 
 
 def load(flow: str, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Section:
@@ -80,6 +123,6 @@ def load(flow: str, path: str | Path | None = None, overrides: list[str] | tuple
     if flow not in RECIPES:
         raise ConfigError(f"unknown flow {flow!r}; known: {sorted(RECIPES)}")
     recipe = load_recipe(RECIPES[flow], path or DEFAULT_RECIPE[flow], overrides)
-    if recipe.flow != flow:
+    if recipe.flow != flow.removesuffix("-data"):
         raise ConfigError(f"recipe {path} is for flow {recipe.flow!r}, not {flow!r}")
     return recipe

@@ -37,25 +37,38 @@ def _lingua_detector(languages: tuple[str, ...]):
     return LanguageDetectorBuilder.from_iso_codes_639_1(*codes).build()
 
 
-def word_language(word: str, latin_languages: tuple[str, ...] = ("en",)) -> str:
-    """The language of one word: ``zh`` for CJK script, else a Latin-script language."""
-    if _CJK.match(word):
-        return "zh"
-    if len(latin_languages) == 1:
-        return latin_languages[0]
-    found = _lingua_detector(latin_languages).detect_language_of(word)
-    return found.iso_code_639_1.name.lower() if found else latin_languages[0]
+def _latin_word_languages(latin_words: list[str], languages: tuple[str, ...]) -> list[str]:
+    """Language of each Latin-script word, from lingua's spans over the words joined in order.
+
+    Single words are too short to identify; lingua's multi-language detection labels spans of the
+    running text, and each word takes the label of the span it falls in (unlabelled: "unknown").
+    """
+    if len(languages) == 1:
+        return [languages[0]] * len(latin_words)
+    text, starts = "", []
+    for w in latin_words:
+        starts.append(len(text))
+        text += w + " "
+    labels = ["unknown"] * len(latin_words)
+    for span in _lingua_detector(languages).detect_multiple_languages_of(text):
+        code = span.language.iso_code_639_1.name.lower()
+        for i, start in enumerate(starts):
+            if span.start_index <= start < span.end_index:
+                labels[i] = code
+    return labels
 
 
 def language_share(text: str, target: str, latin_languages: tuple[str, ...] = ("en",)) -> float:
-    """Share of the chain-of-thought words of ``text`` in ``target``; 1.0 when it has no words."""
+    """Share of the chain-of-thought words of ``text`` in ``target``; 1.0 when it has no words.
+
+    CJK characters count as ``zh`` words by script alone; Latin-script words are English unless
+    ``latin_languages`` names several, in which case lingua tells them apart.
+    """
     ws = words(chain_of_thought(text))
     if not ws:
         return 1.0
-    langs = (
-        latin_languages
-        if target in CJK_LANGUAGES or target in latin_languages
-        else (*latin_languages, target)
-    )
-    hits = sum(word_language(w, langs) == target for w in ws)
+    latin = [w for w in ws if not _CJK.match(w)]
+    langs = tuple(dict.fromkeys(latin_languages if target in CJK_LANGUAGES else (*latin_languages, target)))
+    hits = (len(ws) - len(latin)) if target == "zh" else 0
+    hits += sum(label == target for label in _latin_word_languages(latin, langs))
     return hits / len(ws)

@@ -2,7 +2,7 @@
 
 Inputs are named ``eval/<stage>`` (evaluate artifacts, one per model, in pipeline order),
 ``train/<stage>`` (trainer artifacts whose ``train_log.jsonl`` gives the curves) and
-``extra/<name>`` (any artifact with a ``metrics.json``, reported under ``<name>``). Writes
+``extra/<name>`` (any artifact: its manifest metrics, under ``<name>``). Writes
 ``report.json`` (``{"stages": {<stage>: metrics}, "training": ..., "extra": ...}``), ``report.md``
 and PNG plots.
 """
@@ -121,9 +121,8 @@ def build_report(ctx: StageContext) -> None:
     extra = dict(cfg.extra)
     for role, ref in sorted(ctx.inputs.items()):
         if role.startswith("extra/"):
-            extra[role.removeprefix("extra/")] = json.loads(
-                ref.file("metrics.json").read_text(encoding="utf-8")
-            )
+            manifest = json.loads(ref.file("manifest.json").read_text(encoding="utf-8"))
+            extra[role.removeprefix("extra/")] = {**manifest.get("metrics", {}), "artifact": ref.key}
     report = {"title": cfg.title, "stages": stages, "training": training, **extra}
     (ctx.out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
     plotted = plot_curves(curves, ctx.out_dir / "grpo_curves.png")

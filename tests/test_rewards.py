@@ -102,3 +102,11 @@ def test_a_reward_that_throws_is_named():
             fn(["x"])
     finally:
         REGISTRY.pop("broken_for_test")
+
+
+def test_language_consistency_uses_lingua_for_latin_languages():
+    cot = "<think>so the answer is five, mais la réponse est cinq</think><answer>5</answer>"
+    fr, en = language_consistency_reward([cot, cot], language=["fr", "en"], latin_languages=["en", "fr"])
+    assert 0.3 < fr < 0.7 and 0.3 < en < 0.7
+    pure = "<think>la réponse est cinq parce que deux plus trois font cinq</think><answer>5</answer>"
+    assert language_consistency_reward([pure], language=["fr"], latin_languages=["en", "fr"]) == [1.0]
