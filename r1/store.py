@@ -48,6 +48,17 @@ class ArtifactRef(BaseModel):
     def file(self, *parts: str) -> Path:
         return Path(self.path, *parts)
 
+    def dataset(self):
+        """The artifact as a ``Dataset``/``DatasetDict``, held in memory.
+
+        Loading from disk would let ``datasets`` write ``cache-*.arrow`` files of any later
+        ``map``/``filter`` (TRL's tokenization, say) into this artifact's folder, after which it no
+        longer matches its manifest. In memory, derived data never touches the artifact.
+        """
+        from datasets import load_from_disk
+
+        return load_from_disk(self.path, keep_in_memory=True)
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -234,7 +245,13 @@ class Store:
             if self.verify(key).ok:
                 return  # another process finished the same work first; keep theirs
             shutil.rmtree(dest)  # a corrupt copy: replace it
-        os.rename(tmp, dest)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            # Another process (e.g. another rank under `accelerate launch`) renamed its copy in
+            # between: keep theirs if it verifies, else this is a real error.
+            if not self.verify(key).ok:
+                raise
 
     # -- listing ----------------------------------------------------------------------------
     def list(self) -> list[dict[str, Any]]:

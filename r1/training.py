@@ -116,7 +116,9 @@ class ProgressPrinter:
             def on_log(self, args, state, control, logs=None, **kwargs):
                 if not logs or state.global_step % every and state.global_step != state.max_steps:
                     return
-                shown = "  ".join(f"{short} {logs[k]:.3g}" for k, short in keys.items() if k in logs)
+                shown = "  ".join(
+                    f"{short} {logs[k]:.3g}" for k, short in keys.items() if isinstance(logs.get(k), int | float)
+                )
                 if shown:
                     print(f"[{label}] step {state.global_step}/{state.max_steps}  {shown}", flush=True)
 

@@ -88,9 +88,9 @@ def build_base(ctx: StageContext) -> None:
         save_checkpoint(load_model(cfg.path, cfg.dtype), tokenizer, ctx.out_dir)
         ctx.metrics["source"] = cfg.path
         return
-    from datasets import Dataset, load_from_disk
+    from datasets import Dataset
 
-    corpus = load_from_disk(ctx.inputs["data"].path)["corpus"]
+    corpus = ctx.inputs["data"].dataset()["corpus"]
     tokenizer = build_word_tokenizer(list(ENGLISH_WORDS), CHINESE_CHARS + SYMBOLS)
     model = build_llama(cfg.model, tokenizer, cfg.seed)
     blocks = pack_blocks(_corpus_text(corpus, tokenizer), tokenizer, cfg.block_size, cfg.seed)

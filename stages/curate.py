@@ -194,16 +194,16 @@ def data_card(stats: dict, sampling: dict | None, source: str | None, lengths: l
 
 
 def curate(ctx: StageContext) -> None:
-    from datasets import Dataset, load_from_disk
+    from datasets import Dataset
 
     cfg: CurateConfig = ctx.config
-    task_data = load_from_disk(ctx.inputs["data"].path)
+    task_data = ctx.inputs["data"].dataset()
     eval_prompts = (
         [prompt_text(p) for p in task_data[cfg.eval_split]["prompt"]] if cfg.eval_split in task_data else []
     )
     sampled, sampling, source = [], None, None
     if "samples" in ctx.inputs:
-        sampled = [dict(r) for r in load_from_disk(ctx.inputs["samples"].path)]
+        sampled = [dict(r) for r in ctx.inputs["samples"].dataset()]
         manifest = json.loads(Path(ctx.inputs["samples"].path, "manifest.json").read_text(encoding="utf-8"))
         sampling, source = manifest["config"], manifest["inputs"].get("model")
     kept, dropped = select(sampled, cfg, eval_prompts)

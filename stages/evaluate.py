@@ -34,10 +34,10 @@ class EvalConfig(Section):
 
 
 def evaluate(ctx: StageContext) -> None:
-    from datasets import Dataset, load_from_disk
+    from datasets import Dataset
 
     cfg: EvalConfig = ctx.config
-    data = load_from_disk(ctx.inputs["data"].path)[cfg.split]
+    data = ctx.inputs["data"].dataset()[cfg.split]
     if cfg.limit:
         data = data.select(range(min(cfg.limit, len(data))))
     backend = make_backend(cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size)

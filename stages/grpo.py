@@ -174,11 +174,10 @@ def make_trainer(
 
 def run_grpo(ctx: StageContext) -> None:
     import torch
-    from datasets import load_from_disk
 
     cfg: GRPOStageConfig = ctx.config
     model_dir = ctx.inputs["model"].path
-    data = load_from_disk(ctx.inputs["data"].path)
+    data = ctx.inputs["data"].dataset()
     dataset = data[cfg.split]
     if cfg.general_split:
         dataset = phased_prompts(dataset, data[cfg.general_split], cfg)

@@ -62,10 +62,10 @@ def _pair_row(row: dict, rng: random.Random) -> dict:
 
 
 def build_preferences(ctx: StageContext) -> None:
-    from datasets import Dataset, DatasetDict, load_from_disk
+    from datasets import Dataset, DatasetDict
 
     cfg: PreferenceConfig = ctx.config
-    general = load_from_disk(ctx.inputs["data"].path)[cfg.split]
+    general = ctx.inputs["data"].dataset()[cfg.split]
     if not {"answer", "wrong", "task"} <= set(general.column_names):
         raise ValueError(f"split {cfg.split!r} has no answer/wrong/task columns to build pairs from")
     rng = random.Random(f"{cfg.seed}-preferences")
@@ -101,13 +101,12 @@ def pairwise_accuracy(scorer: RewardModelScorer, pairs) -> dict[str, float]:
 
 def train_reward_model(ctx: StageContext) -> None:
     import torch
-    from datasets import load_from_disk
     from transformers import AutoModelForSequenceClassification
     from trl import RewardConfig, RewardTrainer
 
     cfg: RewardModelConfig = ctx.config
     model_dir = ctx.inputs["model"].path
-    pairs = load_from_disk(ctx.inputs["pairs"].path)
+    pairs = ctx.inputs["pairs"].dataset()
     tokenizer = load_tokenizer(model_dir)
     tokenizer.padding_side = "right"
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)

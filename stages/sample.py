@@ -80,7 +80,7 @@ def sample(ctx: StageContext) -> None:
     from datasets import Dataset, concatenate_datasets, load_from_disk
 
     cfg: SampleConfig = ctx.config
-    data = load_from_disk(ctx.inputs["data"].path)[cfg.split]
+    data = ctx.inputs["data"].dataset()[cfg.split]
     if cfg.limit:
         data = data.select(range(min(cfg.limit, len(data))))
     rewards, _ = build_rewards(cfg.rewards)

@@ -107,11 +107,10 @@ def train_lm(
 
 def run_sft(ctx: StageContext) -> None:
     """SFT the ``model`` input on the ``data`` input's split; write the checkpoint and the log."""
-    from datasets import load_from_disk
 
     cfg: SFTStageConfig = ctx.config
     model_dir = ctx.inputs["model"].path
-    dataset = load_from_disk(ctx.inputs["data"].path)
+    dataset = ctx.inputs["data"].dataset()
     if hasattr(dataset, "keys"):
         if cfg.split not in dataset:
             raise KeyError(f"dataset {ctx.inputs['data'].key} has no split {cfg.split!r}: {list(dataset)}")

@@ -47,6 +47,8 @@ def test_grpo_stage_changes_parameters_and_logs_rewards(tiny_world, tiny_recipe)
     for key in ("rewards/accuracy/mean", "rewards/format/mean", "completions/mean_length"):
         assert key in steps[0]
     assert not store.work_dir(ref.key).exists()  # work dir cleaned after success
+    store._verified.clear()
+    assert store.verify(task_data.key).ok  # reading the data wrote no cache files into it
 
 
 def test_grpo_resumes_from_its_checkpoint_after_a_failure(tiny_world, tiny_recipe, monkeypatch):
