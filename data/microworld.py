@@ -34,19 +34,7 @@ _CHECK = {"en": ". wait, check: {fix}", "zh": "。等等，检查：{fix}"}
 _CLOSE = {"en": ". so the answer is {answer}.", "zh": "。所以答案是 {answer}。"}
 CHECK_MARKERS = ("wait", "等等")
 
-# Every word the world can write; the base tokenizer is built from this lexicon plus characters.
-ENGLISH_WORDS = [
-    "Compute",
-    "then",
-    "wait",
-    "check",
-    "so",
-    "the",
-    "answer",
-    "is",
-    "User",
-    "Assistant",
-    "System",
+_EN_ONES = [
     "zero",
     "one",
     "two",
@@ -67,54 +55,53 @@ ENGLISH_WORDS = [
     "seventeen",
     "eighteen",
     "nineteen",
-    "twenty",
-    "thirty",
-    "forty",
-    "fifty",
-    "sixty",
-    "seventy",
-    "eighty",
-    "ninety",
-    "hundred",
-    "and",
-    "minus",
-    "plus",
-    "equals",
-    "Which",
-    "larger",
-    "smaller",
-    "number",
-    "Write",
-    "in",
-    "words",
-    "Translate",
-    "to",
-    "English",
-    "Chinese",
-    "Say",
-    "a",
-    "Is",
-    "than",
-    "yes",
-    "no",
-    "maybe",
-    "it",
-    "sure",
-    "not",
-    "hard",
-    "say",
-    "I",
-    "think",
-    "probably",
-    "about",
-    "let",
-    "me",
-    "see",
-    "well",
-    "anyway",
-    "hmm",
-    "depends",
-    "or",
+]
+_EN_TENS = ["_", "_", *["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]]
+_ZH_DIGITS = "零一二三四五六七八九"
+
+# Every word the world can write; the base tokenizer is built from this lexicon plus characters
+# (the order fixes the token ids: append, never reorder).
+ENGLISH_WORDS = [
+    *["Compute", "then", "wait", "check", "so", "the", "answer", "is", "User", "Assistant", "System"],
+    *_EN_ONES,
+    *_EN_TENS[2:],
+    *[
+        "hundred",
+        "and",
+        "minus",
+        "plus",
+        "equals",
+        "Which",
+        "larger",
+        "smaller",
+        "number",
+        "Write",
+        "in",
+        "words",
+        "Translate",
+        "to",
+    ],
+    *[
+        "English",
+        "Chinese",
+        "Say",
+        "a",
+        "Is",
+        "than",
+        "yes",
+        "no",
+        "maybe",
+        "it",
+        "sure",
+        "not",
+        "hard",
+        "say",
+        "I",
+        "think",
+        "probably",
+        "about",
+    ],
+    *["let", "me", "see", "well", "anyway", "hmm", "depends", "or"],
 ]
 CHINESE_CHARS = (
     "计算然后等检查所以答案是零一二三四五六七八九十百负加减等于哪个大小数字写成中文英文翻译为说较比不确定好难"
@@ -293,31 +280,6 @@ def problem_row(p: Problem) -> dict:
 
 
 # -- non-reasoning tasks (answered without a chain of thought) and preference pairs -------------
-
-_EN_ONES = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-]
-_EN_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_ZH_DIGITS = "零一二三四五六七八九"
 
 
 def number_words(n: int, language: str) -> str:

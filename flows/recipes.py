@@ -38,20 +38,18 @@ class R1ZeroRecipe(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
-class ColdStart(Section):
+class Sampled(Section):
+    """Samples from a model, then verified and filtered into an SFT set (sample + curate stages)."""
+
+    samples: SampleConfig = Field(default_factory=SampleConfig)
+    data: CurateConfig = Field(default_factory=CurateConfig)
+
+
+class ColdStart(Sampled):
     """Cold-start data: R1-Zero samples filtered for correctness, format and one language, and/or
-    curated examples from the data generator."""
+    curated examples from the data generator (``data.curated``)."""
 
     from_r1_zero: bool = True
-    samples: SampleConfig = Field(default_factory=SampleConfig)
-    data: CurateConfig = Field(default_factory=CurateConfig)
-
-
-class Rejection(Section):
-    """Rejection sampling from the reasoning-RL model, plus non-reasoning data."""
-
-    samples: SampleConfig = Field(default_factory=SampleConfig)
-    data: CurateConfig = Field(default_factory=CurateConfig)
 
 
 class R1FullRecipe(R1ZeroRecipe):
@@ -62,7 +60,7 @@ class R1FullRecipe(R1ZeroRecipe):
     cold_start: ColdStart = Field(default_factory=ColdStart)
     cold_start_sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
     reasoning_grpo: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
-    rejection: Rejection = Field(default_factory=Rejection)
+    rejection: Sampled = Field(default_factory=Sampled)  # rejection sampling + non-reasoning data
     rejection_sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
     preferences: PreferenceConfig = Field(default_factory=PreferenceConfig)
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
@@ -83,12 +81,10 @@ class Teacher(Section):
         return self
 
 
-class Distillation(Section):
+class Distillation(Sampled):
     """Teacher traces -> verified, filtered, decontaminated SFT set."""
 
     teacher: Teacher = Field(default_factory=Teacher)
-    samples: SampleConfig = Field(default_factory=SampleConfig)
-    data: CurateConfig = Field(default_factory=CurateConfig)
 
 
 class DistillRecipe(R1FullRecipe):

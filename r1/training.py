@@ -58,11 +58,13 @@ def resume_step(work_dir: Path) -> int | None:
     return int(_CKPT.match(ckpt.name).group(1)) if ckpt else None
 
 
-def device_kwargs(use_cpu: bool) -> dict[str, Any]:
-    """TrainingArguments for the device: on CPU TRL needs ``use_cpu=True, bf16=False``."""
-    if use_cpu:
-        return {"use_cpu": True, "bf16": False, "fp16": False}
-    return {"bf16": True}
+def device_kwargs() -> dict[str, Any]:
+    """TrainingArguments for this machine: bf16 on a GPU; on CPU TRL needs ``use_cpu=True, bf16=False``."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {"bf16": True}
+    return {"use_cpu": True, "bf16": False, "fp16": False}
 
 
 def common_trainer_kwargs(work_dir: Path, seed: int, save_steps: int, logging_steps: int) -> dict[str, Any]:
@@ -117,7 +119,9 @@ class ProgressPrinter:
                 if not logs or state.global_step % every and state.global_step != state.max_steps:
                     return
                 shown = "  ".join(
-                    f"{short} {logs[k]:.3g}" for k, short in keys.items() if isinstance(logs.get(k), int | float)
+                    f"{short} {logs[k]:.3g}"
+                    for k, short in keys.items()
+                    if isinstance(logs.get(k), int | float)
                 )
                 if shown:
                     print(f"[{label}] step {state.global_step}/{state.max_steps}  {shown}", flush=True)

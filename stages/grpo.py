@@ -123,13 +123,13 @@ def phased_prompts(reasoning, general, cfg: GRPOStageConfig):
     return Dataset.from_list(rows)
 
 
-def grpo_args(cfg: GRPOStageConfig, work_dir, use_cpu: bool):
+def grpo_args(cfg: GRPOStageConfig, work_dir):
     """The TRL GRPOConfig for this stage (one optimizer step per generation batch)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
         **common_trainer_kwargs(work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
-        **device_kwargs(use_cpu),
+        **device_kwargs(),
         max_steps=cfg.max_steps,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler,
@@ -159,21 +159,18 @@ def grpo_args(cfg: GRPOStageConfig, work_dir, use_cpu: bool):
     )
 
 
-def make_trainer(
-    model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, use_cpu: bool = True, reward_context=None
-):
+def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, reward_context=None):
     """A GRPOTrainer over ``dataset`` with the recipe's rewards and knobs."""
     from trl import GRPOTrainer
 
     funcs, _ = build_rewards(cfg.rewards, reward_context)
-    args = grpo_args(cfg, work_dir, use_cpu)
+    args = grpo_args(cfg, work_dir)
     return GRPOTrainer(
         model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer
     )
 
 
 def run_grpo(ctx: StageContext) -> None:
-    import torch
 
     cfg: GRPOStageConfig = ctx.config
     model_dir = ctx.inputs["model"].path
@@ -183,9 +180,7 @@ def run_grpo(ctx: StageContext) -> None:
         dataset = phased_prompts(dataset, data[cfg.general_split], cfg)
     context = {"reward_model_path": ctx.inputs["reward_model"].path} if "reward_model" in ctx.inputs else None
     tokenizer = load_tokenizer(model_dir)
-    trainer = make_trainer(
-        load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, not torch.cuda.is_available(), context
-    )
+    trainer = make_trainer(load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, context)
     quiet_trainer(trainer)
     trainer.add_callback(ProgressPrinter(ctx.label, cfg.print_every, _progress_keys(cfg)))
     train_with_resume(trainer, ctx.work_dir)

@@ -16,18 +16,16 @@ from pydantic import Field
 
 from data import microworld
 from r1.config import Section
-from r1.models import load_tokenizer
+from r1.models import load_tokenizer, save_checkpoint
 from r1.rewards import RewardModelScorer, summary_of
 from r1.runner import Stage, StageContext
 from r1.training import (
     ProgressPrinter,
-    common_trainer_kwargs,
-    device_kwargs,
     quiet_trainer,
     resume_step,
     train_with_resume,
 )
-from stages.sft import TrainConfig
+from stages.sft import TrainConfig, schedule_kwargs
 
 
 class PreferenceConfig(Section):
@@ -100,7 +98,6 @@ def pairwise_accuracy(scorer: RewardModelScorer, pairs) -> dict[str, float]:
 
 
 def train_reward_model(ctx: StageContext) -> None:
-    import torch
     from transformers import AutoModelForSequenceClassification
     from trl import RewardConfig, RewardTrainer
 
@@ -112,18 +109,8 @@ def train_reward_model(ctx: StageContext) -> None:
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
     args = RewardConfig(
-        **common_trainer_kwargs(ctx.work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
-        **device_kwargs(not torch.cuda.is_available()),
-        max_steps=cfg.max_steps,
-        num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,
-        weight_decay=cfg.weight_decay,
-        max_length=cfg.max_length,
+        **schedule_kwargs(cfg, ctx.work_dir),
         center_rewards_coefficient=cfg.center_rewards_coefficient,
-        gradient_checkpointing=False,
         **cfg.trl_args,
     )
     trainer = RewardTrainer(model=model, args=args, train_dataset=pairs["train"], processing_class=tokenizer)
@@ -132,8 +119,7 @@ def train_reward_model(ctx: StageContext) -> None:
         ProgressPrinter(ctx.label, max(cfg.logging_steps, 50), {"loss": "loss", "accuracy": "acc"})
     )
     train_with_resume(trainer, ctx.work_dir)
-    trainer.model.save_pretrained(str(ctx.out_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(ctx.out_dir))
+    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
     metrics = pairwise_accuracy(RewardModelScorer.load(ctx.out_dir), pairs[cfg.eval_split])
     (ctx.out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     ctx.metrics.update({**metrics, "steps": trainer.state.global_step})

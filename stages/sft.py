@@ -57,10 +57,23 @@ class SFTStageConfig(TrainConfig):
     completion_only_loss: bool = True
 
 
-def _use_cpu() -> bool:
-    import torch
-
-    return not torch.cuda.is_available()
+def schedule_kwargs(cfg: TrainConfig, work_dir: Path) -> dict[str, Any]:
+    """TrainingArguments every supervised trainer (SFT, reward model) takes from a TrainConfig."""
+    return {
+        **common_trainer_kwargs(work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
+        **device_kwargs(),
+        "max_steps": cfg.max_steps,
+        "num_train_epochs": cfg.epochs,
+        "per_device_train_batch_size": cfg.batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "learning_rate": cfg.learning_rate,
+        "lr_scheduler_type": cfg.lr_scheduler,
+        "warmup_steps": cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
+        "weight_decay": cfg.weight_decay,
+        "max_length": cfg.max_length,
+        # TRL turns gradient checkpointing on by default: 2x slower for models that fit anyway.
+        "gradient_checkpointing": False,
+    }
 
 
 def train_lm(
@@ -72,24 +85,12 @@ def train_lm(
     completion_only_loss: bool,
     label: str = "sft",
 ):
-    """Train ``model`` on ``dataset`` (``text`` or ``prompt``/``completion`` rows) with resume; return the trainer."""
+    """Train ``model`` on ``dataset`` (``text``/``input_ids`` or ``prompt``/``completion`` rows) with resume."""
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(
-        **common_trainer_kwargs(work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
-        **device_kwargs(_use_cpu()),
-        max_steps=cfg.max_steps,
-        num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
-        weight_decay=cfg.weight_decay,
-        max_length=cfg.max_length,
+        **schedule_kwargs(cfg, work_dir),
         completion_only_loss=completion_only_loss,
-        # TRL turns gradient checkpointing on by default: 2x slower for models that fit anyway.
-        gradient_checkpointing=False,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         dataset_num_proc=None,
         **cfg.trl_args,

@@ -166,8 +166,8 @@ def test_distill_data_survives_sigkill_with_exactly_the_uninterrupted_rows(tmp_p
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            done = [p for p in shards.glob("sample-*/shards/shard-*") if p.is_dir()]
-            if len(done) >= 2:
+            # the teacher's sampling has 24 shards; the pipeline's own sampling stages have 2 each
+            if any(len(list(d.glob("shard-*"))) >= 3 for d in shards.glob("sample-*/shards")):
                 break
             assert proc.poll() is None, "finished before the kill:\n" + proc.stdout.read()
             time.sleep(0.02)
