@@ -111,7 +111,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    # Overrides may follow options (`run r1-zero --recipe x.yaml a.b=1`); argparse stops filling a
+    # positional list at the first option, so the rest arrive here.
+    if extra and (not hasattr(args, "overrides") or any(e.startswith("-") or "=" not in e for e in extra)):
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return args.fn(args)
     except ConfigError as e:

@@ -23,7 +23,7 @@ def test_task_data_and_base(tiny_world):
     from datasets import load_from_disk
 
     dd = load_from_disk(task_data.path)
-    assert set(dd) == {"train", "test", "corpus"}
+    assert set(dd) == {"train", "test", "corpus", "general"}
     assert {"prompt", "answer", "language"} <= set(dd["train"].column_names)
     m = store.manifest(base_model.key)
     assert m["metrics"]["steps"] == 20 and m["metrics"]["parameters"] > 0
@@ -35,16 +35,33 @@ def test_task_data_and_base(tiny_world):
     AutoModelForCausalLM.from_pretrained(base_model.path)
 
 
-def test_grpo_stage_changes_parameters_and_logs_rewards(tiny_world, tiny_recipe):
+def test_grpo_stage_changes_parameters_and_logs_rewards(tiny_world, tiny_recipe, monkeypatch):
     store, task_data, base_model = tiny_world
-    ref = run_stage(store, grpo.STAGE, tiny_recipe.grpo, {"model": base_model, "data": task_data}, "r1_zero")
+    from r1 import rewards
+
+    # An untrained tiny model gets 0 accuracy and 0 format everywhere: no advantage, no update.
+    # A reward that always varies (shorter is better) makes the test about GRPO, not about luck.
+    monkeypatch.setitem(
+        rewards.REGISTRY,
+        "brevity",
+        lambda completions, **kw: [-len(rewards.completion_text(c)) / 50 for c in completions],
+    )
+    cfg = tiny_recipe.grpo.model_copy(
+        update={"rewards": [*tiny_recipe.grpo.rewards, rewards.RewardSpec(name="brevity")]}
+    )
+    ref = run_stage(store, grpo.STAGE, cfg, {"model": base_model, "data": task_data}, "r1_zero")
     before, after = _weights(base_model), _weights(ref)
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed, "GRPO left every parameter unchanged"
     rows = [json.loads(x) for x in ref.file("train_log.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward" in r]
-    assert len(steps) == tiny_recipe.grpo.max_steps
-    for key in ("rewards/accuracy/mean", "rewards/format/mean", "completions/mean_length"):
+    assert len(steps) == cfg.max_steps
+    for key in (
+        "rewards/accuracy/mean",
+        "rewards/format/mean",
+        "rewards/brevity/mean",
+        "completions/mean_length",
+    ):
         assert key in steps[0]
     assert not store.work_dir(ref.key).exists()  # work dir cleaned after success
     store._verified.clear()
@@ -75,7 +92,7 @@ def test_grpo_resumes_from_its_checkpoint_after_a_failure(tiny_world, tiny_recip
     ref = run_stage(store, grpo.STAGE, cfg, inputs, "r1_zero")
     assert store.verify(ref.key).ok
     assert store.manifest(ref.key)["metrics"]["steps"] == cfg.max_steps
-    assert calls["n"] == 3 + (cfg.max_steps - 2)  # resumed at step 3, not from scratch
+    assert calls["n"] == 4 + (cfg.max_steps - 2)  # 3 steps + the failing call, then steps 3..6 after resuming
 
 
 def test_evaluate_measures_and_report_tabulates(tiny_world, tmp_path):
