@@ -84,8 +84,13 @@ def distill(recipe: DistillRecipe) -> str:
     cfg = report.ReportConfig(
         title=f"{recipe.name}: distillation vs RL for a small student",
         order=list(ORDER),
-        curves=["student_rl"],
+        curves=["student_distilled", "student_rl"],  # training compute of both, side by side
     )
-    inputs = {**evals, "train/student_rl": rl, "extra/distill_data": refs["distill_data"]}
+    inputs = {
+        **evals,
+        "train/student_distilled": distilled,
+        "train/student_rl": rl,
+        "extra/distill_data": refs["distill_data"],
+    }
     out = stage_task(store, report.STAGE, cfg, inputs, "report")
     return publish_report(store, recipe.name, out)

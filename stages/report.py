@@ -127,6 +127,10 @@ def build_report(ctx: StageContext) -> None:
     (ctx.out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
     plotted = plot_curves(curves, ctx.out_dir / "grpo_curves.png")
     md = [f"# {cfg.title}", "", markdown_table(stages), ""]
+    if training:
+        md += ["| training stage | steps | wall seconds |", "|---|---|---|"]
+        md += [f"| {n} | {t.get('steps', '')} | {t.get('wall_seconds', '')} |" for n, t in training.items()]
+        md += [""]
     if plotted:
         md += ["![GRPO curves](grpo_curves.png)", ""]
     for key, value in extra.items():
