@@ -105,8 +105,10 @@ def run_stage(
         start = time.monotonic()
         stage.fn(ctx)
         w.metrics.update(ctx.metrics)
-        # This attempt's time only: a resumed stage reports what it took after the resume.
+        # This attempt's time only: a resumed stage says where it resumed so readers can scale it.
         w.metrics["wall_seconds"] = round(time.monotonic() - start, 3)
+        if p.resume_step:
+            w.metrics["resumed_from"] = p.resume_step
     if not stage.keep_work:
         shutil.rmtree(work, ignore_errors=True)
     return store.ref(p.key)

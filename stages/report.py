@@ -100,6 +100,13 @@ def _smooth(ys: list[float], window: int = 10) -> list[float]:
     return out
 
 
+def _wall(metrics: dict) -> str:
+    """Wall seconds of the attempt that finished the stage, flagged when it was a resume."""
+    wall = metrics.get("wall_seconds", "")
+    resumed = metrics.get("resumed_from")
+    return f"{wall} (resumed at step {resumed})" if resumed else str(wall)
+
+
 def build_report(ctx: StageContext) -> None:
     cfg: ReportConfig = ctx.config
     stages: dict[str, dict] = {}
@@ -129,7 +136,7 @@ def build_report(ctx: StageContext) -> None:
     md = [f"# {cfg.title}", "", markdown_table(stages), ""]
     if training:
         md += ["| training stage | steps | wall seconds |", "|---|---|---|"]
-        md += [f"| {n} | {t.get('steps', '')} | {t.get('wall_seconds', '')} |" for n, t in training.items()]
+        md += [f"| {n} | {t.get('steps', '')} | {_wall(t)} |" for n, t in training.items()]
         md += [""]
     if plotted:
         md += ["![GRPO curves](grpo_curves.png)", ""]
