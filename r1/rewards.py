@@ -14,6 +14,7 @@ side by side::
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -224,9 +225,7 @@ def build_reward(spec: RewardSpec, context: dict[str, Any] | None = None) -> Rew
     Exceptions are re-raised as :class:`RewardError` naming the reward, so a broken reward stops
     the stage with a clear message (its checkpoints are kept and a rerun resumes).
     """
-    if spec.name not in REGISTRY:
-        raise KeyError(f"unknown reward {spec.name!r}; known: {sorted(REGISTRY)}")
-    fn = REGISTRY[spec.name]
+    fn = lookup_reward(spec.name)
 
     @functools.wraps(fn)
     def reward(completions, **columns):
@@ -238,8 +237,25 @@ def build_reward(spec: RewardSpec, context: dict[str, Any] | None = None) -> Rew
                 f"reward {spec.name!r} raised {type(e).__name__}: {e} (first completion: {sample!r})"
             ) from e
 
-    reward.__name__ = spec.name
+    reward.__name__ = spec.name.rsplit(":", 1)[-1]
     return reward
+
+
+def lookup_reward(name: str) -> RewardFn:
+    """A registry name, or ``package.module:function`` for a user's own reward.
+
+    The import form works where the registry cannot: in the ranks ``accelerate launch`` starts,
+    which import the recipe's rewards afresh.
+    """
+    if ":" in name:
+        module, attr = name.split(":", 1)
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise KeyError(f"reward {name!r} cannot be imported: {e}") from e
+    if name not in REGISTRY:
+        raise KeyError(f"unknown reward {name!r}; known: {sorted(REGISTRY)} or module:function")
+    return REGISTRY[name]
 
 
 def build_rewards(

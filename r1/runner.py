@@ -79,6 +79,17 @@ def plan(
     return Plan(key, "resuming" if step else "running", step, label, stage.resume_unit)
 
 
+def execute(stage: Stage, ctx: StageContext) -> None:
+    """Call the stage function here, or under ``accelerate launch`` when its config asks for it."""
+    from r1.launch import launch_stage, stage_launch
+
+    launch = stage_launch(ctx.config)
+    if launch is None:
+        stage.fn(ctx)
+    else:
+        launch_stage(stage, ctx, launch)
+
+
 def run_stage(
     store: Store,
     stage: Stage,
@@ -103,7 +114,7 @@ def run_stage(
     ) as w:
         ctx = StageContext(config=config, inputs=inputs, out_dir=w.path, work_dir=work, label=p.label)
         start = time.monotonic()
-        stage.fn(ctx)
+        execute(stage, ctx)
         w.metrics.update(ctx.metrics)
         # This attempt's time only: a resumed stage says where it resumed so readers can scale it.
         w.metrics["wall_seconds"] = round(time.monotonic() - start, 3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -58,6 +59,36 @@ def resume_step(work_dir: Path) -> int | None:
     return int(_CKPT.match(ckpt.name).group(1)) if ckpt else None
 
 
+def world_size() -> int:
+    """Processes training together (``accelerate launch`` sets WORLD_SIZE; 1 in-process)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Only the main rank writes files into an artifact."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def per_device(batch: int, what: str) -> int:
+    """The recipe's batch split over the ranks, so N processes train with the same effective batch."""
+    n = world_size()
+    if batch % n:
+        raise ValueError(f"{what} {batch} is not divisible by the {n} training processes")
+    return batch // n
+
+
+def save_trained(trainer, tokenizer, out_dir: Path) -> None:
+    """Save the trained model as a Hugging Face folder, from any launch mode.
+
+    ``Trainer.save_model`` gathers ZeRO-3 shards and unwraps DDP; every rank must call it, only
+    the main rank writes. The pickled ``training_args.bin`` it adds is not part of an artifact.
+    """
+    trainer.save_model(str(out_dir))
+    if is_main_process():
+        tokenizer.save_pretrained(str(out_dir))
+        (out_dir / "training_args.bin").unlink(missing_ok=True)
+
+
 def device_kwargs() -> dict[str, Any]:
     """TrainingArguments for this machine: bf16 on a GPU; on CPU TRL needs ``use_cpu=True, bf16=False``."""
     import torch
@@ -91,11 +122,12 @@ def train_with_resume(trainer, work_dir: Path) -> None:
 
 
 def write_log_history(trainer, path: Path) -> list[dict[str, Any]]:
-    """The trainer's per-step log (restored across resumes from trainer_state.json) as JSON lines."""
+    """The trainer's per-step log (restored across resumes from trainer_state.json) as JSON lines (main rank)."""
     history = [dict(h) for h in trainer.state.log_history]
-    with open(path, "w", encoding="utf-8") as f:
-        for row in history:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
+    if is_main_process():
+        with open(path, "w", encoding="utf-8") as f:
+            for row in history:
+                f.write(json.dumps(row, sort_keys=True) + "\n")
     return history
 
 
@@ -116,7 +148,9 @@ class ProgressPrinter:
 
         class _Printer(TrainerCallback):
             def on_log(self, args, state, control, logs=None, **kwargs):
-                if not logs or state.global_step % every and state.global_step != state.max_steps:
+                if not state.is_world_process_zero or not logs:
+                    return
+                if state.global_step % every and state.global_step != state.max_steps:
                     return
                 shown = "  ".join(
                     f"{short} {logs[k]:.3g}"

@@ -24,7 +24,7 @@ from r1.models import (
     save_checkpoint,
 )
 from r1.runner import Stage, StageContext
-from r1.training import resume_step, write_log_history
+from r1.training import resume_step, save_trained, write_log_history
 from stages.sft import TrainConfig, train_lm
 
 
@@ -98,7 +98,7 @@ def build_base(ctx: StageContext) -> None:
     trainer = train_lm(
         model, tokenizer, text, cfg.pretrain, ctx.work_dir, completion_only_loss=False, label=ctx.label
     )
-    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
+    save_trained(trainer, tokenizer, ctx.out_dir)
     history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
     losses = [h["loss"] for h in history if "loss" in h]
     ctx.metrics.update(

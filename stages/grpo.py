@@ -14,15 +14,18 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from r1.config import Section, unhashed
-from r1.models import load_model, load_tokenizer, save_checkpoint
+from r1.launch import LaunchConfig
+from r1.models import load_model, load_tokenizer
 from r1.rewards import RewardSpec, build_rewards
 from r1.runner import Stage, StageContext
 from r1.training import (
     ProgressPrinter,
     common_trainer_kwargs,
     device_kwargs,
+    per_device,
     quiet_trainer,
     resume_step,
+    save_trained,
     train_with_resume,
     write_log_history,
 )
@@ -72,6 +75,7 @@ class GRPOStageConfig(Section):
     logging_steps: int = Field(1, gt=0, **unhashed())
     print_every: int = Field(20, gt=0, **unhashed())
     trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.GRPOConfig")
+    launch: LaunchConfig = Field(default_factory=LaunchConfig, **unhashed())
 
     @model_validator(mode="after")
     def _check(self) -> GRPOStageConfig:
@@ -136,7 +140,9 @@ def grpo_args(cfg: GRPOStageConfig, work_dir):
         warmup_steps=cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+        per_device_train_batch_size=per_device(
+            cfg.prompts_per_step * cfg.num_generations, "prompts_per_step * num_generations"
+        ),
         num_generations=cfg.num_generations,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
@@ -184,7 +190,7 @@ def run_grpo(ctx: StageContext) -> None:
     quiet_trainer(trainer)
     trainer.add_callback(ProgressPrinter(ctx.label, cfg.print_every, _progress_keys(cfg)))
     train_with_resume(trainer, ctx.work_dir)
-    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
+    save_trained(trainer, tokenizer, ctx.out_dir)
     history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
     steps = [h for h in history if "reward" in h]
     ctx.metrics.update(
@@ -199,7 +205,8 @@ def run_grpo(ctx: StageContext) -> None:
 def _progress_keys(cfg: GRPOStageConfig) -> dict[str, str]:
     keys = {"reward": "reward"}
     for spec in cfg.rewards:
-        keys[f"rewards/{spec.name}/mean"] = spec.name[:4]
+        short = spec.name.rsplit(":", 1)[-1]
+        keys[f"rewards/{short}/mean"] = short[:4]
     keys["completions/mean_length"] = "len"
     keys["entropy"] = "entropy"
     return keys

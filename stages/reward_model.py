@@ -16,13 +16,14 @@ from pydantic import Field
 
 from data import microworld
 from r1.config import Section
-from r1.models import load_tokenizer, save_checkpoint
+from r1.models import load_tokenizer
 from r1.rewards import RewardModelScorer, summary_of
 from r1.runner import Stage, StageContext
 from r1.training import (
     ProgressPrinter,
     quiet_trainer,
     resume_step,
+    save_trained,
     train_with_resume,
 )
 from stages.sft import TrainConfig, schedule_kwargs
@@ -119,7 +120,7 @@ def train_reward_model(ctx: StageContext) -> None:
         ProgressPrinter(ctx.label, max(cfg.logging_steps, 50), {"loss": "loss", "accuracy": "acc"})
     )
     train_with_resume(trainer, ctx.work_dir)
-    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
+    save_trained(trainer, tokenizer, ctx.out_dir)
     metrics = pairwise_accuracy(RewardModelScorer.load(ctx.out_dir), pairs[cfg.eval_split])
     (ctx.out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     ctx.metrics.update({**metrics, "steps": trainer.state.global_step})

@@ -14,14 +14,17 @@ from typing import Any
 from pydantic import Field
 
 from r1.config import Section, unhashed
-from r1.models import load_model, load_tokenizer, save_checkpoint
+from r1.launch import LaunchConfig
+from r1.models import load_model, load_tokenizer
 from r1.runner import Stage, StageContext
 from r1.training import (
     ProgressPrinter,
     common_trainer_kwargs,
     device_kwargs,
+    per_device,
     quiet_trainer,
     resume_step,
+    save_trained,
     train_with_resume,
     write_log_history,
 )
@@ -55,6 +58,7 @@ class SFTStageConfig(TrainConfig):
 
     split: str = "train"
     completion_only_loss: bool = True
+    launch: LaunchConfig = Field(default_factory=LaunchConfig, **unhashed())
 
 
 def schedule_kwargs(cfg: TrainConfig, work_dir: Path) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def schedule_kwargs(cfg: TrainConfig, work_dir: Path) -> dict[str, Any]:
         **device_kwargs(),
         "max_steps": cfg.max_steps,
         "num_train_epochs": cfg.epochs,
-        "per_device_train_batch_size": cfg.batch_size,
+        "per_device_train_batch_size": per_device(cfg.batch_size, "batch_size"),
         "gradient_accumulation_steps": cfg.grad_accum,
         "learning_rate": cfg.learning_rate,
         "lr_scheduler_type": cfg.lr_scheduler,
@@ -126,7 +130,7 @@ def run_sft(ctx: StageContext) -> None:
     trainer = train_lm(
         load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, cfg.completion_only_loss, ctx.label
     )
-    save_checkpoint(trainer.model, tokenizer, ctx.out_dir)
+    save_trained(trainer, tokenizer, ctx.out_dir)
     history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
     losses = [h["loss"] for h in history if "loss" in h]
     ctx.metrics.update(

@@ -1,0 +1,228 @@
+"""Running a trainer stage under ``accelerate launch`` (DDP, DeepSpeed ZeRO) instead of in-process.
+
+The artifact contract does not change: the parent process plans the stage, opens the artifact's
+temporary directory, and commits it (manifest last, atomic rename) after the launched ranks exit
+cleanly. The ranks only run the stage function: every rank trains, the main rank writes files.
+The parent streams the launcher's log and, on failure, raises with its tail.
+
+    python -m r1.launch <spec.json>     # what each rank runs (written by :func:`launch_stage`)
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from r1.config import Section
+
+SPEC_FILE = "launch_spec.json"
+METRICS_FILE = "launch_metrics.json"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class LaunchConfig(Section):
+    """How a trainer stage runs. Never part of the artifact key: it changes where, not what.
+
+    With N processes each rank gets 1/N of the recipe's batch, so the effective batch (and the
+    recipe's meaning) is the same as in one process.
+    """
+
+    mode: Literal["inprocess", "accelerate"] = "inprocess"
+    config_file: str | None = Field(
+        None, description="accelerate config (configs/accelerate/*.yaml), relative to the project"
+    )
+    num_processes: int = Field(1, gt=0, description="processes in all (over every machine)")
+    num_machines: int = Field(1, gt=0)
+    machine_rank: int = Field(0, ge=0)
+    main_process_ip: str | None = None
+    main_process_port: int | None = Field(None, gt=0, lt=65536)
+    threads_per_process: int = Field(1, gt=0, description="torch threads per rank on CPU")
+    extra_args: list[str] = Field(default_factory=list, description="passed to accelerate launch as is")
+    log_tail: int = Field(60, gt=0, description="lines of the launcher's log quoted on failure")
+
+
+class LaunchError(RuntimeError):
+    """A launched stage failed; the message carries the command and the tail of its log."""
+
+
+def _resolve(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else PROJECT_ROOT / p
+
+
+def accelerate_command(launch: LaunchConfig, spec: Path, use_cpu: bool) -> list[str]:
+    """The ``accelerate launch`` command line for one stage; every rank runs ``python -m r1.launch``."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch"]
+    if launch.config_file:
+        cfg = _resolve(launch.config_file)
+        if not cfg.is_file():
+            raise FileNotFoundError(f"accelerate config not found: {launch.config_file}")
+        cmd += ["--config_file", str(cfg)]
+    cmd += ["--num_processes", str(launch.num_processes), "--num_machines", str(launch.num_machines)]
+    cmd += ["--machine_rank", str(launch.machine_rank)]
+    if launch.main_process_ip:
+        cmd += ["--main_process_ip", launch.main_process_ip]
+    if launch.main_process_port:
+        cmd += ["--main_process_port", str(launch.main_process_port)]
+    if use_cpu:
+        # Not --cpu: that flag makes accelerate start one process. A CPU config (use_cpu: true,
+        # configs/accelerate/cpu_*.yaml) starts N ranks that train over gloo.
+        cmd += ["--num_cpu_threads_per_process", str(launch.threads_per_process)]
+    if launch.num_processes > 1 and not _is_deepspeed(launch) and not (launch.config_file or use_cpu):
+        cmd += ["--multi_gpu"]
+    return [*cmd, *launch.extra_args, "-m", "r1.launch", str(spec)]
+
+
+def _is_deepspeed(launch: LaunchConfig) -> bool:
+    if not launch.config_file:
+        return False
+    import yaml
+
+    data = yaml.safe_load(_resolve(launch.config_file).read_text(encoding="utf-8")) or {}
+    return data.get("distributed_type") == "DEEPSPEED"
+
+
+def _use_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def write_spec(stage, ctx) -> Path:
+    """Everything a rank needs to rebuild the stage call, as JSON in the stage's work directory."""
+    config = ctx.config
+    spec = {
+        "stage_module": stage.fn.__module__,
+        "stage_name": stage.name,
+        "config_class": f"{type(config).__module__}:{type(config).__qualname__}",
+        "config": config.model_dump(mode="json"),
+        "inputs": {k: v.model_dump(mode="json") for k, v in ctx.inputs.items()},
+        "out_dir": str(ctx.out_dir),
+        "work_dir": str(ctx.work_dir),
+        "label": ctx.label,
+    }
+    path = Path(ctx.work_dir, SPEC_FILE)
+    path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    return path
+
+
+def launch_stage(stage, ctx, launch: LaunchConfig) -> None:
+    """Run ``stage`` on ``ctx`` under accelerate; stream its log; raise with the tail on failure."""
+    spec = write_spec(stage, ctx)
+    metrics = Path(ctx.work_dir, METRICS_FILE)
+    metrics.unlink(missing_ok=True)
+    cmd = accelerate_command(launch, spec, _use_cpu())
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    print(f"[{ctx.label}] launching {launch.num_processes} processes: {' '.join(cmd[1:])}", flush=True)
+    tail: collections.deque[str] = collections.deque(maxlen=launch.log_tail)
+    # A new session, so that stopping this stage stops every rank the launcher started.
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            print(line, end="", flush=True)
+        rc = proc.wait()
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if rc != 0:
+        raise LaunchError(
+            f"stage {ctx.label} failed under accelerate launch (exit {rc}).\ncommand: {' '.join(cmd)}\n"
+            f"last {len(tail)} lines of its log:\n" + "\n".join(tail)
+        )
+    if not metrics.is_file():
+        raise LaunchError(f"stage {ctx.label}: the launched ranks exited without writing {metrics}")
+    ctx.metrics.update(json.loads(metrics.read_text(encoding="utf-8")))
+    ctx.metrics["launch"] = {
+        "mode": launch.mode,
+        "num_processes": launch.num_processes,
+        "config_file": launch.config_file,
+    }
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _load_stage(module: str, name: str):
+    from r1.runner import Stage
+
+    mod = importlib.import_module(module)
+    for value in vars(mod).values():
+        if isinstance(value, Stage) and value.name == name:
+            return value
+    raise LookupError(f"no Stage named {name!r} in {module}")
+
+
+def run_rank(spec_path: Path) -> None:
+    """One rank: rebuild the stage call from the spec and run it; the main rank reports metrics."""
+    from accelerate import PartialState
+
+    from r1.runner import StageContext
+    from r1.store import ArtifactRef
+    from r1.training import is_main_process, world_size
+
+    # Set up the process group (and DeepSpeed's) before any model loads: under ZeRO-3,
+    # from_pretrained partitions weights at load time and needs the real world size.
+    PartialState()
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    stage = _load_stage(spec["stage_module"], spec["stage_name"])
+    mod, cls = spec["config_class"].split(":")
+    config_cls = getattr(importlib.import_module(mod), cls)
+    ctx = StageContext(
+        config=config_cls.model_validate(spec["config"]),
+        inputs={k: ArtifactRef.model_validate(v) for k, v in spec["inputs"].items()},
+        out_dir=Path(spec["out_dir"]),
+        work_dir=Path(spec["work_dir"]),
+        label=spec["label"],
+    )
+    stage.fn(ctx)
+    ctx.metrics["world_size"] = world_size()
+    if is_main_process():
+        tmp = Path(spec["work_dir"], METRICS_FILE + ".tmp")
+        tmp.write_text(json.dumps(ctx.metrics, default=str), encoding="utf-8")
+        tmp.replace(Path(spec["work_dir"], METRICS_FILE))
+
+
+def stage_launch(config) -> LaunchConfig | None:
+    """The stage config's launch section when it asks for a launcher, else None (run in-process)."""
+    launch = getattr(config, "launch", None)
+    return launch if isinstance(launch, LaunchConfig) and launch.mode != "inprocess" else None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m r1.launch <spec.json>")
+    run_rank(Path(sys.argv[1]))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # no rank exits while the main rank is still writing
+        dist.destroy_process_group()

@@ -1,0 +1,130 @@
+"""Trainer stages under `accelerate launch`: 2 ranks over gloo, DDP and DeepSpeed ZeRO-3, on CPU.
+
+The launched stage must commit the same kind of artifact as an in-process run (verified manifest,
+Hugging Face folder with full-size weights) and train to the same place within noise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from r1.launch import LaunchConfig, LaunchError, accelerate_command
+from r1.rewards import RewardSpec, completion_text
+from r1.runner import run_stage
+from stages import curate, grpo, sft
+from stages.curate import CurateConfig
+from stages.sft import SFTStageConfig
+
+DDP = "configs/accelerate/cpu_ddp.yaml"
+ZERO3 = "configs/accelerate/cpu_zero3.yaml"
+
+
+def _launch(config_file: str) -> LaunchConfig:
+    return LaunchConfig(mode="accelerate", config_file=config_file, num_processes=2)
+
+
+@pytest.fixture(scope="module")
+def sft_data(tiny_world):
+    store, task_data, _ = tiny_world
+    cfg = CurateConfig(curated=48, non_reasoning=16)
+    return run_stage(store, curate.STAGE, cfg, {"data": task_data}, "sft_data")
+
+
+def _sft_cfg(**update) -> SFTStageConfig:
+    base = SFTStageConfig(max_steps=20, batch_size=8, learning_rate=5e-3, max_length=96, save_steps=10)
+    return base.model_copy(update=update)
+
+
+def _sft_loss(model_dir: str, data_ref) -> float:
+    """Mean completion loss of a checkpoint on the SFT rows: where the training got to."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    losses = []
+    for row in data_ref.dataset().select(range(24)):
+        prompt = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        c_ids = tok(completion_text(row["completion"]) + tok.eos_token, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([p_ids + c_ids])
+        labels = ids.clone()
+        labels[0, : len(p_ids)] = -100
+        with torch.no_grad():
+            losses.append(model(input_ids=ids, labels=labels).loss.item())
+    return sum(losses) / len(losses)
+
+
+def test_accelerate_command_names_processes_and_the_rank_entry_point(tmp_path):
+    cmd = accelerate_command(_launch(DDP), tmp_path / "spec.json", use_cpu=True)
+    assert cmd[1:3] == ["-m", "accelerate.commands.launch"]
+    assert cmd[cmd.index("--num_processes") + 1] == "2"
+    assert "--cpu" not in cmd  # it would make accelerate start a single process
+    assert cmd[-3:] == ["-m", "r1.launch", str(tmp_path / "spec.json")]
+    with pytest.raises(FileNotFoundError, match="no/such.yaml"):
+        accelerate_command(LaunchConfig(mode="accelerate", config_file="no/such.yaml"), tmp_path, True)
+
+
+def test_launch_is_not_part_of_the_artifact_key(tiny_world, sft_data):
+    from r1.runner import plan
+
+    store, _, base_model = tiny_world
+    inputs = {"model": base_model, "data": sft_data}
+    assert (
+        plan(store, sft.STAGE, _sft_cfg(), inputs).key
+        == plan(store, sft.STAGE, _sft_cfg(launch=_launch(ZERO3)), inputs).key
+    )
+
+
+@pytest.mark.e2e
+def test_a_failing_rank_raises_with_the_log_tail_and_leaves_no_artifact(tiny_world, store):
+    _, task_data, base_model = tiny_world  # the raw task data has no completion column
+    cfg = _sft_cfg(launch=_launch(DDP))
+    with pytest.raises(LaunchError, match="SFT needs prompt/completion columns") as err:
+        run_stage(store, sft.STAGE, cfg, {"model": base_model, "data": task_data}, "bad_sft")
+    assert "exit" in str(err.value)
+    assert store.list() == []
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("config_file", [DDP, ZERO3], ids=["ddp", "zero3"])
+def test_sft_on_two_processes_matches_one_process(tiny_world, sft_data, config_file):
+    store, _, base_model = tiny_world
+    inputs = {"model": base_model, "data": sft_data}
+    one = run_stage(store, sft.STAGE, _sft_cfg(), inputs, "sft_1")
+    # Another seed so the 2-process run is its own artifact rather than a cache hit on `one`.
+    two = run_stage(store, sft.STAGE, _sft_cfg(seed=1, launch=_launch(config_file)), inputs, "sft_2")
+    manifest = store.manifest(two.key)
+    assert store.verify(two.key).ok
+    assert manifest["metrics"]["world_size"] == 2 and manifest["metrics"]["steps"] == 20
+    w_base, w_two = load_file(base_model.file("model.safetensors")), load_file(two.file("model.safetensors"))
+    assert {k: v.shape for k, v in w_base.items()} == {k: v.shape for k, v in w_two.items()}  # gathered
+    start, l1, l2 = (_sft_loss(r.path, sft_data) for r in (base_model, one, two))
+    assert l1 < 0.9 * start and l2 < 0.9 * start, (start, l1, l2)
+    assert math.isclose(l1, l2, rel_tol=0.15), (l1, l2)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("config_file", [DDP, ZERO3], ids=["ddp", "zero3"])
+def test_grpo_on_two_processes_trains_and_commits(tiny_world, tiny_recipe, config_file):
+    store, task_data, base_model = tiny_world
+    cfg = tiny_recipe.grpo.model_copy(
+        update={
+            "max_steps": 3,
+            "save_steps": 3,
+            "seed": 5,
+            "rewards": [*tiny_recipe.grpo.rewards, RewardSpec(name="tests.helpers:brevity_reward")],
+            "launch": _launch(config_file),
+        }
+    )
+    ref = run_stage(store, grpo.STAGE, cfg, {"model": base_model, "data": task_data}, "grpo_2")
+    manifest = store.manifest(ref.key)
+    assert store.verify(ref.key).ok and manifest["metrics"]["world_size"] == 2
+    before, after = load_file(base_model.file("model.safetensors")), load_file(ref.file("model.safetensors"))
+    assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}
+    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no parameter"
+    log = ref.file("train_log.jsonl").read_text()
+    assert "rewards/brevity_reward/mean" in log
