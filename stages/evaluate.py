@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from r1.config import Section
-from r1.generation import SamplingConfig, make_backend
+from r1.config import Section, unhashed
+from r1.generation import SamplingConfig, VLLMSettings, make_backend
 from r1.metrics import DEFAULT_SELF_CHECK, aggregate, score_problem
 from r1.runner import Stage, StageContext
 
@@ -29,6 +29,7 @@ class EvalConfig(Section):
     max_new_tokens: int = Field(96, gt=0)
     seed: int = 0
     backend: Literal["transformers", "vllm"] = "transformers"
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings, **unhashed())
     batch_size: int = Field(512, gt=0, description="sequences per generate call")
     self_check_pattern: str = DEFAULT_SELF_CHECK
 
@@ -40,7 +41,7 @@ def evaluate(ctx: StageContext) -> None:
     data = ctx.inputs["data"].dataset()[cfg.split]
     if cfg.limit:
         data = data.select(range(min(cfg.limit, len(data))))
-    backend = make_backend(cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size)
+    backend = make_backend(cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size, vllm=cfg.vllm)
     prompts = list(data["prompt"])
     greedy = backend.generate(
         prompts, 1, SamplingConfig(temperature=0, max_new_tokens=cfg.max_new_tokens), cfg.seed

@@ -13,15 +13,17 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from r1.config import Section, unhashed
+from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
 from r1.models import load_model, load_tokenizer
 from r1.rewards import RewardSpec, build_rewards
 from r1.runner import Stage, StageContext
 from r1.training import (
+    LoraSettings,
     ProgressPrinter,
     common_trainer_kwargs,
     device_kwargs,
+    peft_config,
     per_device,
     quiet_trainer,
     resume_step,
@@ -74,6 +76,21 @@ class GRPOStageConfig(Section):
     save_steps: int = Field(50, gt=0, **unhashed())
     logging_steps: int = Field(1, gt=0, **unhashed())
     print_every: int = Field(20, gt=0, **unhashed())
+    rollouts: Literal["transformers", "vllm_colocate", "vllm_server"] = Field(
+        "transformers",
+        description="who generates the groups: the trainer's model, or TRL's vLLM (GPU)",
+        **new_option(),
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="colocate: vLLM's GPU share", **new_option()
+    )
+    vllm_tensor_parallel_size: int = Field(1, gt=0, **new_option())
+    vllm_server_base_url: str | None = Field(
+        None, description="server mode: URL of `trl vllm-serve`", **new_option()
+    )
+    lora: LoraSettings | None = Field(
+        None, description="train LoRA adapters instead of every weight", **new_option()
+    )
     trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.GRPOConfig")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, **unhashed())
 
@@ -131,7 +148,7 @@ def grpo_args(cfg: GRPOStageConfig, work_dir):
     """The TRL GRPOConfig for this stage (one optimizer step per generation batch)."""
     from trl import GRPOConfig
 
-    return GRPOConfig(
+    kwargs: dict[str, Any] = dict(
         **common_trainer_kwargs(work_dir, cfg.seed, cfg.save_steps, cfg.logging_steps),
         **device_kwargs(),
         max_steps=cfg.max_steps,
@@ -161,8 +178,25 @@ def grpo_args(cfg: GRPOStageConfig, work_dir):
         reward_weights=[spec.weight for spec in cfg.rewards],
         shuffle_dataset=cfg.general_split is None,
         gradient_checkpointing=False,
-        **cfg.trl_args,
+        **rollout_kwargs(cfg),
     )
+    # trl_args last and merged, so a recipe may override any default set here.
+    return GRPOConfig(**{**kwargs, **cfg.trl_args})
+
+
+def rollout_kwargs(cfg: GRPOStageConfig) -> dict[str, Any]:
+    """GRPOConfig fields for TRL's vLLM rollouts (colocate: same GPUs; server: `trl vllm-serve`)."""
+    if cfg.rollouts == "transformers":
+        return {}
+    kwargs: dict[str, Any] = {
+        "use_vllm": True,
+        "vllm_mode": cfg.rollouts.removeprefix("vllm_"),
+        "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
+        "vllm_tensor_parallel_size": cfg.vllm_tensor_parallel_size,
+    }
+    if cfg.vllm_server_base_url:
+        kwargs["vllm_server_base_url"] = cfg.vllm_server_base_url
+    return kwargs
 
 
 def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, reward_context=None):
@@ -172,7 +206,12 @@ def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, rewa
     funcs, _ = build_rewards(cfg.rewards, reward_context)
     args = grpo_args(cfg, work_dir)
     return GRPOTrainer(
-        model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer
+        model=model,
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(cfg.lora),
     )
 
 

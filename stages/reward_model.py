@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 from pydantic import Field
 
 from data import microworld
-from r1.config import Section
+from r1.config import Section, new_option
 from r1.models import load_tokenizer
 from r1.rewards import RewardModelScorer, summary_of
 from r1.runner import Stage, StageContext
@@ -34,6 +35,13 @@ class PreferenceConfig(Section):
     n_test: int = Field(400, gt=0, description="held-out pairs (their prompts never in training pairs)")
     n_train: int | None = Field(None, gt=0, description="training pairs (default: all other prompts)")
     seed: int = 0
+    path: str | None = Field(
+        None, description="given pairs (file or hub id) instead of micro-world ones", **new_option()
+    )
+    path_split: str = Field("train", **new_option())
+    columns: tuple[str, str, str] = Field(
+        ("prompt", "chosen", "rejected"), description="prompt, chosen, rejected fields", **new_option()
+    )
 
 
 class RewardModelConfig(TrainConfig):
@@ -64,6 +72,9 @@ def build_preferences(ctx: StageContext) -> None:
     from datasets import Dataset, DatasetDict
 
     cfg: PreferenceConfig = ctx.config
+    if cfg.path:
+        given_pairs(ctx, cfg)
+        return
     general = ctx.inputs["data"].dataset()[cfg.split]
     if not {"answer", "wrong", "task"} <= set(general.column_names):
         raise ValueError(f"split {cfg.split!r} has no answer/wrong/task columns to build pairs from")
@@ -85,6 +96,40 @@ def build_preferences(ctx: StageContext) -> None:
     ctx.metrics.update({"n_train": len(train_idx), "n_test": len(test_idx)})
 
 
+def reward_args(cfg: RewardModelConfig, work_dir: Path):
+    """The TRL RewardConfig; ``trl_args`` last, so a recipe may override any default."""
+    from trl import RewardConfig
+
+    return RewardConfig(
+        **{
+            **schedule_kwargs(cfg, work_dir),
+            "center_rewards_coefficient": cfg.center_rewards_coefficient,
+            **cfg.trl_args,
+        }
+    )
+
+
+def given_pairs(ctx: StageContext, cfg: PreferenceConfig) -> None:
+    """Preference pairs from a file or the hub (e.g. trl-lib/ultrafeedback_binarized), split by prompt."""
+    from datasets import Dataset, DatasetDict
+
+    from data import problems
+
+    limit = cfg.n_test + cfg.n_train if cfg.n_train else None
+    raw = problems.read_records(cfg.path, cfg.path_split)
+    rows = problems.preference_rows(raw, f"{cfg.path}[{cfg.path_split}]", cfg.columns, limit)
+    random.Random(f"{cfg.seed}-preferences").shuffle(rows)
+    test = rows[: cfg.n_test]
+    held_out = {json.dumps(r["prompt"]) for r in test}
+    train = [r for r in rows[cfg.n_test :] if json.dumps(r["prompt"]) not in held_out]
+    if not train:
+        raise ValueError(f"{cfg.path}: no training pairs left after holding out {cfg.n_test}")
+    DatasetDict({"train": Dataset.from_list(train), "test": Dataset.from_list(test)}).save_to_disk(
+        str(ctx.out_dir)
+    )
+    ctx.metrics.update({"n_train": len(train), "n_test": len(test), "source": cfg.path})
+
+
 def pairwise_accuracy(scorer: RewardModelScorer, pairs) -> dict[str, float]:
     """Share of held-out pairs where the chosen summary outscores the rejected one, overall and by flaw."""
     prompts = list(pairs["prompt"])
@@ -100,7 +145,7 @@ def pairwise_accuracy(scorer: RewardModelScorer, pairs) -> dict[str, float]:
 
 def train_reward_model(ctx: StageContext) -> None:
     from transformers import AutoModelForSequenceClassification
-    from trl import RewardConfig, RewardTrainer
+    from trl import RewardTrainer
 
     cfg: RewardModelConfig = ctx.config
     model_dir = ctx.inputs["model"].path
@@ -109,11 +154,7 @@ def train_reward_model(ctx: StageContext) -> None:
     tokenizer.padding_side = "right"
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
-    args = RewardConfig(
-        **schedule_kwargs(cfg, ctx.work_dir),
-        center_rewards_coefficient=cfg.center_rewards_coefficient,
-        **cfg.trl_args,
-    )
+    args = reward_args(cfg, ctx.work_dir)
     trainer = RewardTrainer(model=model, args=args, train_dataset=pairs["train"], processing_class=tokenizer)
     quiet_trainer(trainer)
     trainer.add_callback(

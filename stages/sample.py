@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from r1.config import Section
-from r1.generation import SamplingConfig, make_backend
+from r1.config import Section, unhashed
+from r1.generation import SamplingConfig, VLLMSettings, make_backend
 from r1.rewards import RewardSpec, build_rewards
 from r1.runner import Stage, StageContext
 
@@ -32,6 +32,7 @@ class SampleConfig(Section):
     max_new_tokens: int = Field(96, gt=0)
     seed: int = 0
     backend: Literal["transformers", "vllm"] = "transformers"
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings, **unhashed())
     batch_size: int = Field(512, gt=0, description="sequences per generate call")
     shard_size: int = Field(256, gt=0, description="prompts per shard (the unit of resume)")
     rewards: list[RewardSpec] = Field(
@@ -96,7 +97,9 @@ def sample(ctx: StageContext) -> None:
         if final.exists():
             continue
         if backend is None:  # load the model only when a shard is left to generate
-            backend = make_backend(cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size)
+            backend = make_backend(
+                cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size, vllm=cfg.vllm
+            )
         start = i * cfg.shard_size
         prompts = [dict(r) for r in data.select(range(start, min(start + cfg.shard_size, len(data))))]
         groups = backend.generate([r["prompt"] for r in prompts], cfg.n, sampling, cfg.seed + i)

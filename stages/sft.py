@@ -13,14 +13,16 @@ from typing import Any
 
 from pydantic import Field
 
-from r1.config import Section, unhashed
+from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
 from r1.models import load_model, load_tokenizer
 from r1.runner import Stage, StageContext
 from r1.training import (
+    LoraSettings,
     ProgressPrinter,
     common_trainer_kwargs,
     device_kwargs,
+    peft_config,
     per_device,
     quiet_trainer,
     resume_step,
@@ -50,6 +52,9 @@ class TrainConfig(Section):
     )
     save_steps: int = Field(100, gt=0, **unhashed())
     logging_steps: int = Field(10, gt=0, **unhashed())
+    lora: LoraSettings | None = Field(
+        None, description="train LoRA adapters instead of every weight", **new_option()
+    )
     trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.SFTConfig")
 
 
@@ -80,6 +85,21 @@ def schedule_kwargs(cfg: TrainConfig, work_dir: Path) -> dict[str, Any]:
     }
 
 
+def sft_args(cfg: TrainConfig, work_dir: Path, completion_only_loss: bool):
+    """The TRL SFTConfig for a supervised run; ``trl_args`` last, so a recipe may override any default."""
+    from trl import SFTConfig
+
+    return SFTConfig(
+        **{
+            **schedule_kwargs(cfg, work_dir),
+            "completion_only_loss": completion_only_loss,
+            "train_sampling_strategy": "group_by_length" if cfg.group_by_length else "random",
+            "dataset_num_proc": None,
+            **cfg.trl_args,
+        }
+    )
+
+
 def train_lm(
     model,
     tokenizer,
@@ -90,16 +110,16 @@ def train_lm(
     label: str = "sft",
 ):
     """Train ``model`` on ``dataset`` (``text``/``input_ids`` or ``prompt``/``completion`` rows) with resume."""
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
-    args = SFTConfig(
-        **schedule_kwargs(cfg, work_dir),
-        completion_only_loss=completion_only_loss,
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        dataset_num_proc=None,
-        **cfg.trl_args,
+    args = sft_args(cfg, work_dir, completion_only_loss)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(cfg.lora),
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     quiet_trainer(trainer)
     trainer.add_callback(
         ProgressPrinter(

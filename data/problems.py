@@ -1,0 +1,196 @@
+"""Real-world problem sets for real-model recipes: GSM8K, MATH, reasoning-gym tasks, your own files.
+
+Every loader returns rows in the micro-world's shape, so every stage downstream is the same: a
+conversational ``prompt`` with R1-Zero's system prompt, the reference ``answer`` as a string that
+math-verify reads, and ``language``. Sources are local JSONL / JSON / Parquet files or Arrow
+folders, a hub id (when the machine is online), or a reasoning-gym task generated offline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+R1_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and "
+    "<answer> </answer> tags, respectively, i.e., <think> reasoning process here </think> "
+    "<answer> answer here </answer>."
+)
+
+AnswerFormat = Literal["gsm8k", "boxed", "plain"]
+
+
+class MalformedRowError(ValueError):
+    """A dataset row that lacks a field or whose answer cannot be read; names the source and row."""
+
+
+def gsm8k_answer(solution: str) -> str:
+    """The number after ``####`` in a GSM8K solution, thousands separators removed."""
+    if "####" not in solution:
+        raise ValueError("no '####' final answer")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def boxed_answer(solution: str) -> str:
+    """The content of the last ``\\boxed{...}`` in a MATH solution (nested braces kept)."""
+    start = solution.rfind("\\boxed{")
+    if start < 0:
+        raise ValueError("no \\boxed{} answer")
+    depth, i = 0, start + len("\\boxed{")
+    for j in range(i, len(solution)):
+        if solution[j] == "{":
+            depth += 1
+        elif solution[j] == "}":
+            if depth == 0:
+                return solution[i:j].strip()
+            depth -= 1
+    raise ValueError("unbalanced \\boxed{")
+
+
+PARSERS = {"gsm8k": gsm8k_answer, "boxed": boxed_answer, "plain": lambda s: str(s).strip()}
+
+
+def r1_prompt(question: str) -> list[dict[str, str]]:
+    """R1-Zero's prompt: its system instruction, then the question."""
+    return [{"role": "system", "content": R1_SYSTEM_PROMPT}, {"role": "user", "content": question}]
+
+
+def problem_rows(
+    raw: Iterable[dict],
+    source: str,
+    question_key: str,
+    answer_key: str,
+    answer_format: AnswerFormat,
+    limit: int | None = None,
+) -> list[dict]:
+    """Raw records as prompt/answer rows; a bad record raises naming the source and its position."""
+    parse = PARSERS[answer_format]
+    rows = []
+    for i, rec in enumerate(raw, 1):
+        try:
+            question, answer = rec[question_key], parse(rec[answer_key])
+            if not isinstance(question, str) or not question.strip() or not answer:
+                raise ValueError("empty question or answer")
+        except (ValueError, KeyError, TypeError) as e:
+            raise MalformedRowError(f"{source}: row {i}: malformed problem ({type(e).__name__}: {e})") from e
+        rows.append({"prompt": r1_prompt(question), "answer": answer, "language": "en"})
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
+
+
+def _jsonl(path: Path) -> Iterable[dict]:
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise MalformedRowError(f"{path}:{lineno}: not JSON ({e})") from e
+
+
+def read_records(path: str, split: str) -> Iterable[dict]:
+    """Records of one split from a file, a folder of split files, an Arrow folder or a hub id."""
+    p = Path(path)
+    if p.is_dir():
+        for name in (f"{split}.jsonl", f"{split}.json", f"{split}.parquet"):
+            if (p / name).is_file():
+                return read_records(str(p / name), split)
+        if (p / "dataset_dict.json").is_file() or (p / "dataset_info.json").is_file():
+            from datasets import load_from_disk
+
+            ds = load_from_disk(str(p))
+            return ds[split] if hasattr(ds, "keys") else ds
+        raise FileNotFoundError(f"no {split}.jsonl/.json/.parquet or Arrow dataset in {p}")
+    if p.suffix == ".jsonl":
+        return _jsonl(p)
+    if p.suffix == ".json":
+        return json.loads(p.read_text(encoding="utf-8"))
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    if p.exists() or p.suffix or path.startswith((".", "/")):
+        raise FileNotFoundError(f"problem file not found or of unknown type: {path}")
+    from datasets import load_dataset  # a hub id, e.g. openai/gsm8k (needs the network)
+
+    config = None
+    if ":" in path:  # hub id with a config name: openai/gsm8k:main
+        path, config = path.split(":", 1)
+    return load_dataset(path, config, split=split)
+
+
+def reasoning_gym_rows(task: str, n: int, seed: int, exclude: set[str] = frozenset()) -> list[dict]:
+    """``n`` generated problems of a reasoning-gym task (offline, seeded), skipping ``exclude``."""
+    import reasoning_gym
+
+    ds = reasoning_gym.create_dataset(task, size=n + len(exclude), seed=seed)
+    records = ({"question": e["question"], "answer": e["answer"]} for e in ds if e["question"] not in exclude)
+    return problem_rows(records, f"reasoning-gym:{task}", "question", "answer", "plain", limit=n)
+
+
+def question_of(row: dict) -> str:
+    """The user question inside a prompt row (to keep splits disjoint)."""
+    return next(m["content"] for m in row["prompt"] if m["role"] == "user")
+
+
+def as_messages(value, role: str) -> list[dict[str, str]]:
+    """A string or a message list as a message list (a string becomes one ``role`` turn)."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def general_rows(records: Iterable[dict], source: str, prompt_key: str, limit: int | None) -> list[dict]:
+    """Prompts without a reference answer (R1's general data), judged later by a reward model."""
+    rows = []
+    for i, rec in enumerate(records, 1):
+        try:
+            prompt = as_messages(rec[prompt_key], "user")
+        except (KeyError, TypeError) as e:
+            raise MalformedRowError(f"{source}: row {i}: no usable {prompt_key!r} ({e})") from e
+        rows.append({"prompt": prompt, "answer": "", "language": "en", "task": "general"})
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
+
+
+def preference_rows(
+    records: Iterable[dict], source: str, keys: tuple[str, str, str], limit: int | None
+) -> list[dict]:
+    """prompt / chosen / rejected rows; TRL's implicit-prompt form (the prompt inside chosen) too."""
+    prompt_key, chosen_key, rejected_key = keys
+    rows = []
+    for i, rec in enumerate(records, 1):
+        try:
+            chosen, rejected = (
+                as_messages(rec[chosen_key], "assistant"),
+                as_messages(rec[rejected_key], "assistant"),
+            )
+            if prompt_key in rec:
+                prompt = as_messages(rec[prompt_key], "user")
+            else:  # implicit prompt: everything before the last turn, shared by both
+                prompt, chosen, rejected = chosen[:-1], chosen[-1:], rejected[-1:]
+            if not prompt or not chosen or not rejected:
+                raise ValueError("empty prompt, chosen or rejected")
+        except (KeyError, TypeError, ValueError) as e:
+            raise MalformedRowError(
+                f"{source}: row {i}: malformed preference pair ({type(e).__name__}: {e})"
+            ) from e
+        rows.append(
+            {
+                "prompt": prompt,
+                "chosen": chosen,
+                "rejected": rejected,
+                "flaw": "given",
+                "language": "en",
+                "task": "general",
+            }
+        )
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
