@@ -78,18 +78,9 @@ def accelerate_command(launch: LaunchConfig, spec: Path, use_cpu: bool) -> list[
         # Not --cpu: that flag makes accelerate start one process. A CPU config (use_cpu: true,
         # configs/accelerate/cpu_*.yaml) starts N ranks that train over gloo.
         cmd += ["--num_cpu_threads_per_process", str(launch.threads_per_process)]
-    if launch.num_processes > 1 and not _is_deepspeed(launch) and not (launch.config_file or use_cpu):
-        cmd += ["--multi_gpu"]
+    if launch.num_processes > 1 and not launch.config_file and not use_cpu:
+        cmd += ["--multi_gpu"]  # no config file: plain DDP over the GPUs
     return [*cmd, *launch.extra_args, "-m", "r1.launch", str(spec)]
-
-
-def _is_deepspeed(launch: LaunchConfig) -> bool:
-    if not launch.config_file:
-        return False
-    import yaml
-
-    data = yaml.safe_load(_resolve(launch.config_file).read_text(encoding="utf-8")) or {}
-    return data.get("distributed_type") == "DEEPSPEED"
 
 
 def _use_cpu() -> bool:
