@@ -10,7 +10,7 @@ RECIPE ?=
 ARGS ?=
 RUN = $(PY) -m flows.cli run
 
-.PHONY: setup r1-zero r1-full distill-data distill test test-fast lint bench server artifacts clean
+.PHONY: setup r1-zero r1-full distill-data distill test test-fast test-compat lint bench server artifacts clean
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,15 @@ test: setup
 
 test-fast: setup
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not e2e"
+
+# The same fast tests on transformers 5.17: vLLM 0.31 (the GPU extra) pins transformers < 5.18.
+COMPAT := .venv-compat
+test-compat: setup
+	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	grep -v '^transformers==' requirements.txt > $(COMPAT)/requirements.txt
+	DS_BUILD_OPS=0 $(COMPAT)/bin/python -m pip install --quiet $(TORCH) transformers==5.17.0 -r $(COMPAT)/requirements.txt
+	$(COMPAT)/bin/python -m pip install --quiet --no-deps -e .
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(COMPAT)/bin/python -m pytest -q -m "not e2e" -p no:cacheprovider
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -68,7 +68,24 @@ class Verification:
 
 def default_root() -> Path:
     """``$R1_STORE`` when set, else ``runs/`` in the project directory."""
-    return Path(os.environ.get("R1_STORE") or PROJECT_ROOT / "runs")
+    return store_path(os.environ.get("R1_STORE") or PROJECT_ROOT / "runs")
+
+
+def store_path(root: str | Path) -> Path:
+    """A store root as a local path; ``file://`` URLs are paths, other URLs a clear error.
+
+    The commit is an atomic rename, which object stores do not have: mount them (s3fs, gcsfuse)
+    or use a shared filesystem instead.
+    """
+    text = str(root)
+    if text.startswith("file://"):
+        return Path(text.removeprefix("file://"))
+    if "://" in text:
+        raise ValueError(
+            f"artifact store {text!r}: URLs other than file:// are not supported (the commit is an "
+            "atomic rename); use a local or shared-filesystem path, or mount the bucket"
+        )
+    return Path(root)
 
 
 def canonical_json(data: Any) -> str:
@@ -126,7 +143,7 @@ class Store:
     """Artifacts on a local (or mounted) filesystem; all renames stay within one filesystem."""
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root is not None else default_root()
+        self.root = store_path(root) if root is not None else default_root()
         self.artifacts = self.root / "artifacts"
         self.work = self.root / "work"
         self.tmp = self.root / "tmp"

@@ -128,3 +128,15 @@ def test_grpo_on_two_processes_trains_and_commits(tiny_world, tiny_recipe, confi
     assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no parameter"
     log = ref.file("train_log.jsonl").read_text()
     assert "rewards/brevity_reward/mean" in log
+
+
+def test_lora_sft_saves_a_plain_checkpoint_with_merged_adapters(tiny_world, sft_data, store):
+    from r1.training import LoraSettings
+
+    _, _, base_model = tiny_world
+    cfg = _sft_cfg(max_steps=6, lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    ref = run_stage(store, sft.STAGE, cfg, {"model": base_model, "data": sft_data}, "lora_sft")
+    before, after = load_file(base_model.file("model.safetensors")), load_file(ref.file("model.safetensors"))
+    assert set(before) == set(after), "adapter weights leaked into the checkpoint"
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all("proj" in k for k in changed), changed  # only the adapted linear layers moved

@@ -105,3 +105,11 @@ def test_lineage_walks_inputs(store):
         a.key,
         b.key,
     }
+
+
+def test_store_roots_are_paths_or_file_urls(tmp_path):
+    from r1.store import Store
+
+    assert Store(f"file://{tmp_path}").root == tmp_path
+    with pytest.raises(ValueError, match="not supported"):
+        Store("s3://bucket/runs")
