@@ -40,19 +40,23 @@ def test_answers_are_read_from_gsm8k_math_and_reasoning_gym(tmp_path):
 def test_gsm8k_splits_are_disjoint_and_general_prompts_load(tmp_path):
     from stages.data import GSM8KData, problem_splits
 
-    gen = tmp_path / "general.jsonl"
-    gen.write_text("".join(json.dumps({"prompt": f"Tell me about {i}."}) + "\n" for i in range(5)))
+    def write(name: str, ids: range) -> None:
+        rows = [
+            {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i:,}"} for i in ids
+        ]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("train.jsonl", range(0, 30))  # questions 20..29 are also test questions: held out of train
+    write("test.jsonl", range(20, 30))
+    (tmp_path / "general.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"Tell me about {i}."}) + "\n" for i in range(5))
+    )
     splits = problem_splits(
-        GSM8KData(
-            path=str(ROOT.parent / "shared/data/gsm8k"),
-            n_train=20,
-            n_test=10,
-            general_path=str(gen),
-            general_split="general",
-        )
+        GSM8KData(path=str(tmp_path), general_path=str(tmp_path), general_split="general")
     )
     train_q = {problems.question_of(r) for r in splits["train"]}
-    assert not train_q & {problems.question_of(r) for r in splits["test"]}
+    assert len(train_q) == 20 and not train_q & {problems.question_of(r) for r in splits["test"]}
+    assert splits["test"][-1]["answer"] == "58" and splits["train"][-1]["answer"] == "38"
     assert len(splits["general"]) == 5 and splits["general"][0]["answer"] == ""
 
 
