@@ -7,6 +7,7 @@ so Prefect's record (which would survive deleted files) is ignored and rewritten
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -27,10 +28,16 @@ class Runtime(Section):
 
 
 class _ArtifactKey(CachePolicy):
-    """Prefect cache policy: the key is the artifact key passed in as the ``key`` parameter."""
+    """Prefect cache policy: the artifact key, qualified by the store that holds the artifact.
+
+    Prefect's result records are shared by every store on the machine, and the same recipe gives
+    the same artifact key in any store: without the store in the key, a flow on one store would
+    get back references into another.
+    """
 
     def compute_key(self, task_ctx, inputs, flow_parameters, **kwargs):
-        return inputs["key"]
+        store = hashlib.sha256(str(Path(inputs["store_root"]).resolve()).encode()).hexdigest()[:12]
+        return f"{inputs['key']}-{store}"
 
 
 _TASKS: dict[str, object] = {}

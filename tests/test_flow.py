@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,15 @@ def test_flow_runs_then_reruns_fully_cached(prefect_api, tmp_path, capsys):
         assert f"[{label}] cached" in second
     assert "running" not in second
     assert len(store.list()) == n_artifacts
+
+    # The same recipe on a copy of the store, the original gone: every reference must point into
+    # the copy (Prefect's cache is per machine, not per store).
+    other = tmp_path.parent / f"{tmp_path.name}-copy"
+    shutil.copytree(tmp_path, other, symlinks=True)
+    shutil.rmtree(tmp_path / "artifacts")
+    copied = Path(r1_zero(load("r1-zero", TINY_R1_ZERO, [f"store={other}"])))
+    assert copied.is_relative_to(other) and copied.is_file()
+    assert "running" not in capsys.readouterr().out
 
 
 def _cli(store: Path, *extra: str) -> list[str]:
