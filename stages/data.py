@@ -106,12 +106,12 @@ def problem_splits(cfg: ProblemsData | ReasoningGymData) -> dict[str, Dataset]:
 
 def _corpus_rows(cfg: microworld.WorldConfig, exclude: set[str]) -> dict[str, list]:
     rng = random.Random(f"{cfg.seed}-corpus")
-    problems = microworld.generate_problems(rng, cfg, cfg.corpus.size, exclude)
+    drawn = microworld.generate_problems(rng, cfg, cfg.corpus.size, exclude)
     return {
-        "prompt": [p.prompt for p in problems],
-        "completion": [microworld.render_trace(p, rng, cfg.corpus) for p in problems],
-        "answer": [str(p.answer) for p in problems],
-        "language": [p.language for p in problems],
+        "prompt": [p.prompt for p in drawn],
+        "completion": [microworld.render_trace(p, rng, cfg.corpus) for p in drawn],
+        "answer": [str(p.answer) for p in drawn],
+        "language": [p.language for p in drawn],
     }
 
 
