@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,11 @@ def stage_rates(steps: int, store_root: str, rollouts: str = "transformers") -> 
         ),
     ):
         cfg = cfg.model_copy(
-            update={"max_steps": steps, "save_steps": 10**6, "seed": hash((device, rollouts)) % 1000}
+            update={
+                "max_steps": steps,
+                "save_steps": 10**6,
+                "seed": zlib.crc32(f"{device}/{rollouts}".encode()) % 1000,
+            }
         )
         ref = run_stage(store, stage, cfg, inputs, f"{name}_{device}")
         m = store.manifest(ref.key)["metrics"]

@@ -146,11 +146,7 @@ def launch_stage(stage, ctx, launch: LaunchConfig) -> None:
     if not metrics.is_file():
         raise LaunchError(f"stage {ctx.label}: the launched ranks exited without writing {metrics}")
     ctx.metrics.update(json.loads(metrics.read_text(encoding="utf-8")))
-    ctx.metrics["launch"] = {
-        "mode": launch.mode,
-        "num_processes": launch.num_processes,
-        "config_file": launch.config_file,
-    }
+    ctx.metrics["launch"] = launch.model_dump(include={"mode", "num_processes", "config_file"})
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
