@@ -15,8 +15,9 @@ from safetensors.torch import load_file
 from r1.launch import LaunchConfig, LaunchError, accelerate_command
 from r1.rewards import RewardSpec, completion_text
 from r1.runner import run_stage
-from stages import curate, grpo, sft
+from stages import curate, evaluate, grpo, sft
 from stages.curate import CurateConfig
+from stages.evaluate import EvalConfig
 from stages.sft import SFTStageConfig
 
 DDP = "configs/accelerate/cpu_ddp.yaml"
@@ -107,27 +108,60 @@ def test_sft_on_two_processes_matches_one_process(tiny_world, sft_data, config_f
     assert math.isclose(l1, l2, rel_tol=0.15), (l1, l2)
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("config_file", [DDP, ZERO3], ids=["ddp", "zero3"])
-def test_grpo_on_two_processes_trains_and_commits(tiny_world, tiny_recipe, config_file):
-    store, task_data, base_model = tiny_world
-    cfg = tiny_recipe.grpo.model_copy(
+def _grpo_cfg(tiny_recipe, seed: int, launch: LaunchConfig | None = None):
+    """GRPO on a reward the tiny model can learn in 20 steps: shorter completions."""
+    return tiny_recipe.grpo.model_copy(
         update={
-            "max_steps": 3,
-            "save_steps": 3,
-            "seed": 5,
-            "rewards": [*tiny_recipe.grpo.rewards, RewardSpec(name="tests.helpers:brevity_reward")],
-            "launch": _launch(config_file),
+            "max_steps": 20,
+            "save_steps": 20,
+            "learning_rate": 5e-3,
+            "seed": seed,
+            "rewards": [RewardSpec(name="tests.helpers:brevity_reward")],
+            "launch": launch,
         }
     )
+
+
+def _mean_length(store, model, task_data, label: str) -> float:
+    """Mean completion length on the held-out prompts, from the evaluate stage."""
+    cfg = EvalConfig(k=2, max_new_tokens=24)
+    ref = run_stage(store, evaluate.STAGE, cfg, {"model": model, "data": task_data}, label)
+    return store.manifest(ref.key)["metrics"]["mean_length"]
+
+
+@pytest.fixture(scope="module")
+def grpo_one_process(tiny_world, tiny_recipe) -> tuple[float, float]:
+    """Mean held-out completion length of the base and of a 1-process GRPO run."""
+    store, task_data, base_model = tiny_world
+    one = run_stage(
+        store, grpo.STAGE, _grpo_cfg(tiny_recipe, 5), {"model": base_model, "data": task_data}, "g1"
+    )
+    return _mean_length(store, base_model, task_data, "eval_base"), _mean_length(
+        store, one, task_data, "eval_g1"
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("config_file", "seed"), [(DDP, 7), (ZERO3, 12)], ids=["ddp", "zero3"])
+def test_grpo_on_two_processes_matches_one_process(
+    tiny_world, tiny_recipe, grpo_one_process, config_file, seed
+):
+    store, task_data, base_model = tiny_world
+    # Another seed so the 2-process run is its own artifact rather than a cache hit (launch is not keyed).
+    cfg = _grpo_cfg(tiny_recipe, seed, _launch(config_file))
     ref = run_stage(store, grpo.STAGE, cfg, {"model": base_model, "data": task_data}, "grpo_2")
     manifest = store.manifest(ref.key)
     assert store.verify(ref.key).ok and manifest["metrics"]["world_size"] == 2
     before, after = load_file(base_model.file("model.safetensors")), load_file(ref.file("model.safetensors"))
-    assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}
-    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no parameter"
-    log = ref.file("train_log.jsonl").read_text()
-    assert "rewards/brevity_reward/mean" in log
+    assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}  # gathered
+    assert "rewards/brevity_reward/mean" in ref.file("train_log.jsonl").read_text()
+    # Scores like a 1-process run: completions shrink by a similar amount (seeds alone move the
+    # 1-process drop between 7 and 10 tokens of 21; see the closing note of the launch issue).
+    base_len, one_len = grpo_one_process
+    two_len = _mean_length(store, ref, task_data, "eval_g2")
+    one_drop, two_drop = base_len - one_len, base_len - two_len
+    assert one_drop > 0.2 * base_len and two_drop > 0.2 * base_len, (base_len, one_len, two_len)
+    assert 0.5 < two_drop / one_drop < 2.0, (base_len, one_len, two_len)
 
 
 def test_lora_sft_saves_a_plain_checkpoint_with_merged_adapters(tiny_world, sft_data, store):
