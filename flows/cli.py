@@ -14,7 +14,7 @@ import sys
 
 import flows  # noqa: F401  (sets Prefect's telemetry off before anything imports prefect)
 from r1.config import ConfigError
-from r1.store import Store
+from r1.store import open_store
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -53,10 +53,10 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _artifacts(args: argparse.Namespace) -> int:
-    store = Store(args.store) if args.store else Store()
+    store = open_store(args.store)
     rows = store.list()
     if not rows:
-        print(f"no artifacts in {store.artifacts}")
+        print(f"no artifacts in {store.location}")
         return 0
     for m in rows:
         inputs = ", ".join(f"{role}={key}" for role, key in sorted(m.get("inputs", {}).items())) or "-"
@@ -65,9 +65,9 @@ def _artifacts(args: argparse.Namespace) -> int:
 
 
 def _lineage(args: argparse.Namespace) -> int:
-    store = Store(args.store) if args.store else Store()
+    store = open_store(args.store)
     if not store.exists(args.key):
-        print(f"no artifact {args.key!r} in {store.artifacts}", file=sys.stderr)
+        print(f"no artifact {args.key!r} in {store.location}", file=sys.stderr)
         return 1
     for depth, role, key in store.lineage(args.key):
         print("  " * depth + (f"{role}: " if role else "") + key)
@@ -75,7 +75,7 @@ def _lineage(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    store = Store(args.store) if args.store else Store()
+    store = open_store(args.store)
     keys = args.keys or [m["key"] for m in store.list()]
     bad = 0
     for key in keys:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from r1.config import Section
 from r1.runner import Stage, plan, run_stage
-from r1.store import ArtifactRef, Store
+from r1.store import ArtifactRef, Store, open_store, store_identity
 
 
 class Runtime(Section):
@@ -36,7 +36,7 @@ class _ArtifactKey(CachePolicy):
     """
 
     def compute_key(self, task_ctx, inputs, flow_parameters, **kwargs):
-        store = hashlib.sha256(str(Path(inputs["store_root"]).resolve()).encode()).hexdigest()[:12]
+        store = hashlib.sha256(store_identity(inputs["store_root"]).encode()).hexdigest()[:12]
         return f"{inputs['key']}-{store}"
 
 
@@ -48,7 +48,7 @@ def _task_for(stage: Stage):
     if stage.name not in _TASKS:
 
         def body(key: str, store_root: str, config: BaseModel, inputs: dict[str, ArtifactRef], label: str):
-            ref = run_stage(Store(store_root), stage, config, inputs, label=label, announce=False)
+            ref = run_stage(open_store(store_root), stage, config, inputs, label=label, announce=False)
             assert ref.key == key, f"stage {label} produced {ref.key}, planned {key}"
             return ref
 
@@ -70,7 +70,10 @@ def stage_task(
     p = plan(store, stage, config, inputs, label)
     print(p.line(), flush=True)
     t = _task_for(stage).with_options(task_run_name=label, refresh_cache=p.status != "cached")
-    return t(key=p.key, store_root=str(store.root), config=config, inputs=inputs, label=label)
+    ref = t(key=p.key, store_root=store.location, config=config, inputs=inputs, label=label)
+    # A cached Prefect result holds the path of the process that made it (for a remote store, in
+    # that machine's cache): name the artifact by where it lives for this process.
+    return store.ref(ref.key)
 
 
 def apply_runtime(runtime: Runtime) -> None:
@@ -84,14 +87,15 @@ def apply_runtime(runtime: Runtime) -> None:
 
 
 def store_for(recipe_store: str | None) -> Store:
-    """The recipe's store, else ``$R1_STORE``, else ``runs/`` in the project."""
-    return Store(Path(recipe_store)) if recipe_store else Store()
+    """The recipe's store (a path or an fsspec URL), else ``$R1_STORE``, else ``runs/`` in the project."""
+    return open_store(recipe_store)
 
 
 def publish_report(store: Store, name: str, report: ArtifactRef) -> str:
     """Point ``<store>/reports/<name>`` at the report artifact, show it in Prefect's UI, return report.json."""
     from prefect.artifacts import create_markdown_artifact
 
+    report = store.materialize(report)
     link = store.root / "reports" / name
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(link.name + ".tmp")

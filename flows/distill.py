@@ -32,7 +32,7 @@ def teacher_model(store: Store, recipe: DistillRecipe, task_data: ArtifactRef) -
     if t.source == "artifact":
         check = store.verify(t.artifact)
         if not check.ok:
-            raise FileNotFoundError(f"teacher artifact {t.artifact!r} in {store.artifacts}: {check.reason}")
+            raise FileNotFoundError(f"teacher artifact {t.artifact!r} in {store.location}: {check.reason}")
         return store.ref(t.artifact)
     return stage_task(store, base.STAGE, PretrainedBase(path=t.path), {"data": task_data}, "teacher")
 
@@ -54,8 +54,9 @@ def distill_set(store: Store, recipe: DistillRecipe) -> dict[str, ArtifactRef]:
 def distill_data(recipe: DistillRecipe) -> str:
     """Generate and filter the distillation set; return the path of its data card."""
     apply_runtime(recipe.runtime)
-    refs = distill_set(store_for(recipe.store), recipe)
-    return str(Path(refs["distill_data"].path, "README.md"))
+    store = store_for(recipe.store)
+    refs = distill_set(store, recipe)
+    return str(Path(store.materialize(refs["distill_data"]).path, "README.md"))
 
 
 @flow(name="distill", log_prints=False)

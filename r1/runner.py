@@ -107,6 +107,7 @@ def run_stage(
     existing = store.verify(p.key)
     if store.path(p.key).exists() and not existing.ok:
         log.warning("artifact %s fails verification (%s); rebuilding it", p.key, existing.reason)
+    inputs = {role: store.materialize(ref) for role, ref in inputs.items()}  # readable here
     work = store.work_dir(p.key)
     work.mkdir(parents=True, exist_ok=True)
     with store.writing(

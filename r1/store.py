@@ -12,12 +12,18 @@ Layout under the root (``runs/`` by default, ``$R1_STORE`` or the recipe's ``sto
     artifacts/<stage>-<hash>/   finished artifacts (datasets as Arrow, checkpoints as HF folders)
     work/<stage>-<hash>/        an unfinished stage's checkpoints and shards (resume state)
     tmp/                        artifacts being written (renamed into artifacts/ when complete)
+
+An fsspec URL (``s3://``, ``gs://``, ...) as the root gives a :class:`RemoteStore`: the object store
+holds the shared artifacts and a local cache of this layout holds the copies stages read and write.
+Object stores have no rename, so there the commit is the manifest: an artifact's files go to a
+folder named after its manifest's hash, and the manifest, one object written in one PUT, goes last.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -35,6 +41,7 @@ from pydantic import BaseModel
 
 MANIFEST = "manifest.json"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
 _LIBRARIES = ("torch", "transformers", "trl", "datasets", "accelerate", "prefect", "pyarrow", "math_verify")
 
 
@@ -66,26 +73,34 @@ class Verification:
     reason: str = ""
 
 
-def default_root() -> Path:
+def default_root() -> str | Path:
     """``$R1_STORE`` when set, else ``runs/`` in the project directory."""
-    return store_path(os.environ.get("R1_STORE") or PROJECT_ROOT / "runs")
+    return os.environ.get("R1_STORE") or PROJECT_ROOT / "runs"
+
+
+def is_remote(root: str | Path) -> bool:
+    """Whether a store root names an object store (any URL but ``file://``)."""
+    text = str(root)
+    return "://" in text and not text.startswith("file://")
 
 
 def store_path(root: str | Path) -> Path:
-    """A store root as a local path; ``file://`` URLs are paths, other URLs a clear error.
-
-    The commit is an atomic rename, which object stores do not have: mount them (s3fs, gcsfuse)
-    or use a shared filesystem instead.
-    """
+    """A local store root as a path (``file://`` URLs are paths); a remote URL is a clear error."""
     text = str(root)
-    if text.startswith("file://"):
-        return Path(text.removeprefix("file://"))
-    if "://" in text:
-        raise ValueError(
-            f"artifact store {text!r}: URLs other than file:// are not supported (the commit is an "
-            "atomic rename); use a local or shared-filesystem path, or mount the bucket"
-        )
-    return Path(root)
+    if is_remote(text):
+        raise ValueError(f"artifact store {text!r} is a URL, not a local path: open it with open_store()")
+    return Path(text.removeprefix("file://"))
+
+
+def store_identity(root: str | Path) -> str:
+    """What names a store across processes: its URL, or its local path made absolute."""
+    return str(root).rstrip("/") if is_remote(root) else str(store_path(root).resolve())
+
+
+def open_store(root: str | Path | None = None) -> Store:
+    """The store at ``root`` (default :func:`default_root`): local for paths, remote for URLs."""
+    root = default_root() if root is None else root
+    return RemoteStore(str(root)) if is_remote(root) else Store(root)
 
 
 def canonical_json(data: Any) -> str:
@@ -143,7 +158,8 @@ class Store:
     """Artifacts on a local (or mounted) filesystem; all renames stay within one filesystem."""
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = store_path(root) if root is not None else default_root()
+        self.root = store_path(default_root() if root is None else root)
+        self.location = str(self.root)  # what messages and Prefect's cache key name the store by
         self.artifacts = self.root / "artifacts"
         self.work = self.root / "work"
         self.tmp = self.root / "tmp"
@@ -248,9 +264,13 @@ class Store:
             f.flush()
             os.fsync(f.fileno())
         part.rename(tmp / MANIFEST)
+        self._install(tmp, key)
+
+    def _install(self, tmp: Path, key: str) -> None:
+        """Rename a complete directory (manifest included) into ``artifacts/``: the atomic commit."""
         dest = self.path(key)
         if dest.exists():
-            if self.verify(key).ok:
+            if Store.verify(self, key).ok:
                 return  # another process finished the same work first; keep theirs
             shutil.rmtree(dest)  # a corrupt copy: replace it
         try:
@@ -258,8 +278,12 @@ class Store:
         except OSError:
             # Another process (e.g. another rank under `accelerate launch`) renamed its copy in
             # between: keep theirs if it verifies, else this is a real error.
-            if not self.verify(key).ok:
+            if not Store.verify(self, key).ok:
                 raise
+
+    def materialize(self, ref: ArtifactRef) -> ArtifactRef:
+        """The artifact readable at ``ref.path`` on this machine; local artifacts already are."""
+        return ref
 
     # -- listing ----------------------------------------------------------------------------
     def list(self) -> list[dict[str, Any]]:
@@ -294,3 +318,182 @@ class _Writer:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.metrics: dict[str, Any] = {}
+
+
+def _cache_root(url: str) -> Path:
+    """This machine's copy of a remote store: ``$R1_CACHE`` (default ``~/.cache/r1-pipeline``)/<url hash>."""
+    base = Path(os.environ.get("R1_CACHE") or Path.home() / ".cache" / "r1-pipeline").expanduser()
+    return base / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+class RemoteStore(Store):
+    """Artifacts in an object store (any fsspec URL), read and written through a local cache.
+
+    Stages only ever see local paths: a stage writes into the cache as with a local store, and
+    the finished artifact is then uploaded; an input that is only remote is downloaded (and its
+    sha256 checked) before a stage reads it. Work directories stay local, so a stage resumes on
+    the machine where it was interrupted.
+
+    The commit protocol, for stores without rename: files go to
+    ``artifacts/<key>/<manifest sha256[:16]>/``, then the manifest, in one PUT, to
+    ``artifacts/<key>/manifest.json``. A reader sees either no manifest (no artifact) or a manifest
+    whose folder is complete. Two workers finishing the same key both upload whole folders; the
+    manifest written last names the one everyone reads, and a worker that finds a committed
+    artifact before its own upload adopts it instead.
+    """
+
+    def __init__(self, url: str, cache: str | Path | None = None) -> None:
+        from fsspec.core import url_to_fs
+
+        self.url = url.rstrip("/")
+        try:
+            self.fs, self.remote_root = url_to_fs(self.url)
+        except (ImportError, ValueError) as e:
+            raise ValueError(f"artifact store {url!r}: {e}") from e
+        super().__init__(cache if cache is not None else _cache_root(self.url))
+        self.location = self.url
+
+    # -- remote layout --------------------------------------------------------------------------
+    def _remote(self, key: str, *parts: str) -> str:
+        return "/".join((self.remote_root.rstrip("/"), "artifacts", key, *parts))
+
+    def _remote_manifest(self, key: str) -> bytes | None:
+        """The committed manifest's bytes, or None when the key has no committed artifact."""
+        self.fs.invalidate_cache(self._remote(key))  # see other workers' commits
+        try:
+            return self.fs.cat_file(self._remote(key, MANIFEST))
+        except FileNotFoundError:
+            return None
+
+    def _blob(self, key: str, manifest: bytes) -> str:
+        return self._remote(key, hashlib.sha256(manifest).hexdigest()[:16])
+
+    def _check_remote(self, key: str, manifest: bytes) -> Verification:
+        """Sizes of the committed folder against its manifest (hashes are checked on download)."""
+        try:
+            listed = json.loads(manifest)["files"]
+        except (ValueError, KeyError) as e:
+            return Verification(False, f"unreadable manifest: {e}")
+        blob = self._blob(key, manifest)
+        found = {
+            path[len(blob) + 1 :]: info["size"]
+            for path, info in self.fs.find(blob, detail=True).items()
+            if path.startswith(blob + "/")
+        }
+        for rel, meta in listed.items():
+            if rel not in found:
+                return Verification(False, f"missing file {rel}")
+            if found[rel] != meta["size"]:
+                return Verification(False, f"size mismatch in {rel}")
+        return Verification(True)
+
+    # -- lookup ---------------------------------------------------------------------------------
+    def exists(self, key: str) -> bool:
+        return self._remote_manifest(key) is not None
+
+    def manifest(self, key: str) -> dict[str, Any]:
+        data = self._remote_manifest(key)
+        if data is None:
+            raise FileNotFoundError(f"no artifact {key!r} in {self.url}")
+        return json.loads(data)
+
+    def verify(self, key: str, deep: bool | None = None) -> Verification:
+        """The committed artifact checked by listing (``deep``: downloaded and re-hashed here).
+
+        A copy in the cache that never reached the store (the upload was interrupted) is uploaded
+        now rather than rebuilt.
+        """
+        manifest = self._remote_manifest(key)
+        if manifest is None:
+            if not Store.verify(self, key).ok:
+                return Verification(False, "missing")
+            self._upload(key)
+            manifest = self._remote_manifest(key)
+            assert manifest is not None
+        check = self._check_remote(key, manifest)
+        if not check.ok or not deep:
+            return check
+        try:
+            self._fetch(key, manifest)
+        except ValueError as e:
+            return Verification(False, str(e))
+        return Store.verify(self, key, deep=True)
+
+    def materialize(self, ref: ArtifactRef) -> ArtifactRef:
+        """Download a committed artifact into the cache unless the cache already holds that commit."""
+        manifest = self._remote_manifest(ref.key)
+        if manifest is None:
+            return ref  # not in this store: an artifact from a local store, readable as it is
+        self._fetch(ref.key, manifest)
+        return self.ref(ref.key)
+
+    def list(self) -> list[dict[str, Any]]:
+        """Manifests of all committed artifacts, oldest first."""
+        pattern = "/".join((self.remote_root.rstrip("/"), "artifacts", "*", MANIFEST))
+        self.fs.invalidate_cache()
+        out = []
+        for data in self.fs.cat(self.fs.glob(pattern)).values():
+            try:
+                out.append(json.loads(data))
+            except ValueError:
+                continue
+        return sorted(out, key=lambda m: m.get("created", ""))
+
+    # -- moving artifacts -------------------------------------------------------------------------
+    @contextmanager
+    def writing(
+        self, key: str, stage: str, version: str, config: dict, inputs: dict[str, str]
+    ) -> Iterator[_Writer]:
+        """Build and commit in the cache as a local store does, then upload the artifact."""
+        with super().writing(key, stage, version, config, inputs) as writer:
+            yield writer
+        self._upload(key)
+
+    def _upload(self, key: str) -> None:
+        """Publish the cached artifact: its folder first, the manifest last (the commit)."""
+        local = self.path(key)
+        manifest = (local / MANIFEST).read_bytes()
+        committed = self._remote_manifest(key)
+        if committed is not None and self._check_remote(key, committed).ok:
+            self._fetch(key, committed)  # another worker committed first: use theirs everywhere
+            return
+        blob = self._blob(key, manifest)
+        try:
+            for parent in sorted({str(Path(rel).parent) for rel in json.loads(manifest)["files"]}):
+                self.fs.makedirs(blob if parent == "." else f"{blob}/{parent}", exist_ok=True)
+            for rel in json.loads(manifest)["files"]:
+                self.fs.put_file(str(local / rel), f"{blob}/{rel}")
+            self.fs.pipe_file(self._remote(key, MANIFEST), manifest)
+        except BaseException:
+            try:
+                self.fs.rm(blob, recursive=True)  # no half folder left behind
+            except Exception:  # noqa: BLE001 - keep the original error
+                log.warning("could not remove the partial upload %s", blob)
+            raise
+
+    def _fetch(self, key: str, manifest: bytes) -> None:
+        """Make the cache hold exactly this commit, checking every downloaded file's sha256."""
+        dest = self.path(key)
+        mpath = dest / MANIFEST
+        if mpath.is_file() and mpath.read_bytes() == manifest and Store.verify(self, key).ok:
+            return
+        files = json.loads(manifest)["files"]
+        blob = self._blob(key, manifest)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmp / f"{key}.{uuid.uuid4().hex[:8]}"
+        try:
+            for rel, meta in files.items():
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self.fs.get_file(f"{blob}/{rel}", str(target))
+                if sha256_file(target) != meta["sha256"]:
+                    raise ValueError(f"artifact {key} in {self.url}: sha256 mismatch in {rel}")
+            (tmp / MANIFEST).write_bytes(manifest)
+            if dest.exists():  # a copy of another commit, or a corrupt one: set it aside first
+                stale = self.tmp / f"{key}.{uuid.uuid4().hex[:8]}"
+                os.rename(dest, stale)
+                shutil.rmtree(stale, ignore_errors=True)
+            self._install(tmp, key)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

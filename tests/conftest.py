@@ -10,6 +10,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import socket  # noqa: E402
+import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -55,3 +57,40 @@ def tiny_world(tmp_path_factory, tiny_recipe):
     task_data = run_stage(store, data.STAGE, tiny_recipe.data, {}, "data")
     base_model = run_stage(store, base.STAGE, tiny_recipe.base, {"data": task_data}, "base")
     return store, task_data, base_model
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A moto S3 server on a free local port; s3fs reaches it through fsspec's config."""
+    pytest.importorskip("s3fs")
+    server_mod = pytest.importorskip("moto.server")
+    import fsspec.config
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{port}",
+        "key": "testing",
+        "secret": "testing",
+    }
+    saved = fsspec.config.conf.get("s3")
+    fsspec.config.conf["s3"] = options
+    yield options
+    if saved is None:
+        fsspec.config.conf.pop("s3", None)
+    else:
+        fsspec.config.conf["s3"] = saved
+    server.stop()
+
+
+@pytest.fixture
+def s3_store_url(s3_endpoint) -> str:
+    """A store URL in a fresh bucket of the moto server."""
+    import fsspec
+
+    bucket = f"r1-{uuid.uuid4().hex[:10]}"
+    fsspec.filesystem("s3").mkdir(bucket)
+    return f"s3://{bucket}/runs"

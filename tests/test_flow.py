@@ -199,3 +199,27 @@ def test_distill_data_survives_sigkill_with_exactly_the_uninterrupted_rows(tmp_p
     card = Path(rerun.stdout.split("data: ")[1].split()[0])
     stats = json.loads((card.parent / "stats.json").read_text())
     assert stats["generated"] == stats["kept"] + sum(stats["dropped"].values()) == 96
+
+
+def test_a_second_machine_reads_the_flow_from_an_object_store(
+    prefect_api, tmp_path, s3_store_url, s3_endpoint, monkeypatch, capsys
+):
+    """Machine A runs the flow on S3 (a moto server); machine B, another process with an empty
+    cache, gets every stage as a cache hit, reads the report and re-hashes every artifact."""
+    from flows.r1_zero import r1_zero
+    from flows.recipes import load
+
+    monkeypatch.setenv("R1_CACHE", str(tmp_path / "a"))
+    r1_zero(load("r1-zero", TINY_R1_ZERO, [f"store={s3_store_url}"]))
+    first = capsys.readouterr().out
+    assert all(f"[{label}] running" in first for label in STAGES), first
+
+    env = {**os.environ, "R1_CACHE": str(tmp_path / "b"), "FSSPEC_S3": json.dumps(s3_endpoint)}
+    out = subprocess.run(_cli(s3_store_url), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert all(f"[{label}] cached" in out.stdout for label in STAGES) and "running" not in out.stdout
+    report = Path(out.stdout.split("report: ")[1].split()[0])
+    assert report.is_relative_to(tmp_path / "b") and json.loads(report.read_text())["stages"]["r1_zero"]
+    verify = [sys.executable, "-m", "flows.cli", "verify", "--store", s3_store_url]
+    checked = subprocess.run(verify, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0 and checked.stdout.count("ok ") == len(STAGES), checked.stdout

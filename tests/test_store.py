@@ -111,5 +111,5 @@ def test_store_roots_are_paths_or_file_urls(tmp_path):
     from r1.store import Store
 
     assert Store(f"file://{tmp_path}").root == tmp_path
-    with pytest.raises(ValueError, match="not supported"):
+    with pytest.raises(ValueError, match="open_store"):
         Store("s3://bucket/runs")
