@@ -431,8 +431,9 @@ class RemoteStore(Store):
         """Manifests of all committed artifacts, oldest first."""
         pattern = "/".join((self.remote_root.rstrip("/"), "artifacts", "*", MANIFEST))
         self.fs.invalidate_cache()
+        paths = self.fs.glob(pattern)
         out = []
-        for data in self.fs.cat(self.fs.glob(pattern)).values():
+        for data in (self.fs.cat(paths) if paths else {}).values():
             try:
                 out.append(json.loads(data))
             except ValueError:

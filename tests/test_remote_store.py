@@ -45,6 +45,7 @@ def test_open_store_picks_the_kind_and_refuses_unknown_urls(tmp_path):
 
 def test_what_one_machine_commits_another_plans_as_cached_and_reads(remote_url, tmp_path):
     a = _machine(remote_url, tmp_path, "a")
+    assert a.list() == [] and not a.exists("toy-0") and a.verify("toy-0").reason == "missing"
     ref = run_stage(a, STAGE, Cfg(), {})
     blob = a.fs.find(a._remote(ref.key), detail=False)
     assert sorted(p.rsplit("/", 1)[-1] for p in blob) == ["data.txt", MANIFEST, "more.bin"]
