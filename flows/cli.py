@@ -19,27 +19,12 @@ from r1.store import open_store
 
 def _run(args: argparse.Namespace) -> int:
     from flows import recipes
+    from flows.entry import flow_for
 
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
-    result = _flow(args.flow)(recipe)
+    result = flow_for(args.flow)(recipe)
     print(f"{'data' if args.flow == 'distill-data' else 'report'}: {result}", flush=True)
     return 0
-
-
-def _flow(name: str):
-    if name == "r1-zero":
-        from flows.r1_zero import r1_zero
-
-        return r1_zero
-    if name == "r1-full":
-        from flows.r1_full import r1_full
-
-        return r1_full
-    if name in ("distill", "distill-data"):
-        from flows.distill import distill, distill_data
-
-        return distill if name == "distill" else distill_data
-    raise ConfigError(f"unknown flow {name!r}")
 
 
 def _config(args: argparse.Namespace) -> int:

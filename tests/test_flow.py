@@ -6,9 +6,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -223,3 +225,60 @@ def test_a_second_machine_reads_the_flow_from_an_object_store(
     verify = [sys.executable, "-m", "flows.cli", "verify", "--store", s3_store_url]
     checked = subprocess.run(verify, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0 and checked.stdout.count("ok ") == len(STAGES), checked.stdout
+
+
+def test_a_process_work_pool_runs_the_deployed_recipe(tmp_path):
+    """README's deployment path: a Prefect server, a process work pool, `prefect deploy` of the
+    `r1` entry flow, `prefect deployment run` with a recipe and overrides, one worker run."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    prefect = [str(Path(sys.executable).parent / "prefect")]
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home"), "PREFECT_API_URL": api}
+    server = subprocess.Popen(
+        [*prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env={**env, "PREFECT_API_URL": ""},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+    def cli(*args: str, cwd: Path = ROOT) -> str:
+        out = subprocess.run([*prefect, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout + out.stderr
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{api}/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, (
+                    "the Prefect server did not start"
+                )
+                time.sleep(0.5)
+        cli("work-pool", "create", "r1", "--type", "process")
+        cli("--no-prompt", "deploy", "flows/entry.py:r1", "--name", "recipe", "--pool", "r1")
+        store = tmp_path / "store"
+        overrides = json.dumps([f"store={store}", "grpo.max_steps=2"])
+        cli(
+            "deployment",
+            "run",
+            "r1/recipe",
+            "--param",
+            "flow=r1-zero",
+            "--param",
+            f"recipe={TINY_R1_ZERO}",
+            "--param",
+            f"overrides={overrides}",
+        )
+        worker = cli("worker", "start", "--pool", "r1", "--run-once", cwd=tmp_path)  # another directory
+        assert "[r1_zero] running" in worker and "Finished in state Completed()" in worker, worker
+        report = json.loads((store / "reports" / "r1-zero-tiny" / "report.json").read_text())
+        assert report["stages"]["r1_zero"]["n_problems"] == 16
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)

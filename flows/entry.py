@@ -1,0 +1,42 @@
+"""Flows by name, and ``r1``: the one flow a deployment serves (flow name, recipe file, overrides).
+
+The stage flows take a typed recipe object; a deployment's parameters are JSON typed in a UI or
+on a command line, so the deployed entry point takes what the CLI takes and resolves the recipe
+on the worker, with the same errors for unknown keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prefect import flow
+
+from r1.config import ConfigError
+
+FLOWS = ("r1-zero", "r1-full", "distill-data", "distill")
+
+
+def flow_for(name: str) -> Callable[..., str]:
+    """The flow function for a CLI / deployment flow name."""
+    if name == "r1-zero":
+        from flows.r1_zero import r1_zero
+
+        return r1_zero
+    if name == "r1-full":
+        from flows.r1_full import r1_full
+
+        return r1_full
+    if name in ("distill", "distill-data"):
+        from flows.distill import distill, distill_data
+
+        return distill if name == "distill" else distill_data
+    raise ConfigError(f"unknown flow {name!r} (one of {', '.join(FLOWS)})")
+
+
+@flow(name="r1", log_prints=False)
+def r1(flow: str = "r1-zero", recipe: str | None = None, overrides: list[str] | None = None) -> str:
+    """Run a recipe as ``r1 run FLOW [--recipe RECIPE] [OVERRIDES...]`` does; return its result path."""
+    from flows import recipes
+
+    loaded = recipes.load(flow, recipe, overrides or [])
+    return flow_for(flow)(loaded)
