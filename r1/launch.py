@@ -49,6 +49,9 @@ class LaunchConfig(Section):
     threads_per_process: int = Field(1, gt=0, description="torch threads per rank on CPU")
     extra_args: list[str] = Field(default_factory=list, description="passed to accelerate launch as is")
     log_tail: int = Field(60, gt=0, description="lines of the launcher's log quoted on failure")
+    commit_timeout: float = Field(
+        1800, gt=0, description="machine_rank > 0: seconds to wait for machine 0's commit after training"
+    )
 
 
 class LaunchError(RuntimeError):
@@ -89,8 +92,12 @@ def _use_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def write_spec(stage, ctx) -> Path:
-    """Everything a rank needs to rebuild the stage call, as JSON in the stage's work directory."""
+def write_spec(stage, ctx, machine_rank: int = 0) -> Path:
+    """Everything a rank needs to rebuild the stage call, as JSON in the stage's work directory.
+
+    One file per machine: on a shared store every machine's parent writes into the same work
+    directory, each with its own output directory.
+    """
     config = ctx.config
     spec = {
         "stage_module": stage.fn.__module__,
@@ -102,16 +109,21 @@ def write_spec(stage, ctx) -> Path:
         "work_dir": str(ctx.work_dir),
         "label": ctx.label,
     }
-    path = Path(ctx.work_dir, SPEC_FILE)
+    path = Path(ctx.work_dir, SPEC_FILE.replace(".json", f".{machine_rank}.json"))
     path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
     return path
 
 
 def launch_stage(stage, ctx, launch: LaunchConfig) -> None:
-    """Run ``stage`` on ``ctx`` under accelerate; stream its log; raise with the tail on failure."""
-    spec = write_spec(stage, ctx)
+    """Run ``stage`` on ``ctx`` under accelerate; stream its log; raise with the tail on failure.
+
+    On machine 0 the main rank's metrics land in ``ctx.metrics``; the other machines' ranks write
+    nothing (see :func:`r1.runner.run_stage`, which has them wait for machine 0's commit).
+    """
+    spec = write_spec(stage, ctx, launch.machine_rank)
     metrics = Path(ctx.work_dir, METRICS_FILE)
-    metrics.unlink(missing_ok=True)
+    if launch.machine_rank == 0:
+        metrics.unlink(missing_ok=True)
     cmd = accelerate_command(launch, spec, _use_cpu())
     env = {
         **os.environ,
@@ -143,6 +155,8 @@ def launch_stage(stage, ctx, launch: LaunchConfig) -> None:
             f"stage {ctx.label} failed under accelerate launch (exit {rc}).\ncommand: {' '.join(cmd)}\n"
             f"last {len(tail)} lines of its log:\n" + "\n".join(tail)
         )
+    if launch.machine_rank > 0:
+        return
     if not metrics.is_file():
         raise LaunchError(f"stage {ctx.label}: the launched ranks exited without writing {metrics}")
     ctx.metrics.update(json.loads(metrics.read_text(encoding="utf-8")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from r1.config import hashable
+from r1.launch import LaunchConfig, LaunchError, stage_launch
 from r1.store import ArtifactRef, Store, artifact_key
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ def plan(
 
 def execute(stage: Stage, ctx: StageContext) -> None:
     """Call the stage function here, or under ``accelerate launch`` when its config asks for it."""
-    from r1.launch import launch_stage, stage_launch
+    from r1.launch import launch_stage
 
     launch = stage_launch(ctx.config)
     if launch is None:
@@ -110,6 +112,9 @@ def run_stage(
     inputs = {role: store.materialize(ref) for role, ref in inputs.items()}  # readable here
     work = store.work_dir(p.key)
     work.mkdir(parents=True, exist_ok=True)
+    launch = stage_launch(config)
+    if launch is not None and launch.machine_rank > 0:
+        return _follow(store, stage, config, inputs, p, launch)
     with store.writing(
         p.key, stage.name, stage.version, hashable(config), {k: v.key for k, v in inputs.items()}
     ) as w:
@@ -123,4 +128,38 @@ def run_stage(
             w.metrics["resumed_from"] = p.resume_step
     if not stage.keep_work:
         shutil.rmtree(work, ignore_errors=True)
+    return store.ref(p.key)
+
+
+def _follow(
+    store: Store,
+    stage: Stage,
+    config: BaseModel,
+    inputs: dict[str, ArtifactRef],
+    p: Plan,
+    launch: LaunchConfig,
+) -> ArtifactRef:
+    """Machine ``machine_rank > 0`` of a multi-machine launch: train, then take machine 0's commit.
+
+    Only machine 0 writes and commits the artifact, so every machine must see one store (a shared
+    mount or an object store); this machine's ranks write into a scratch directory that is dropped.
+    """
+    from r1.launch import launch_stage
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"{p.key}.machine{launch.machine_rank}."))
+    try:
+        ctx = StageContext(
+            config=config, inputs=inputs, out_dir=scratch, work_dir=store.work_dir(p.key), label=p.label
+        )
+        launch_stage(stage, ctx, launch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    deadline = time.monotonic() + launch.commit_timeout
+    while not store.verify(p.key).ok:
+        if time.monotonic() > deadline:
+            raise LaunchError(
+                f"stage {p.label}: this machine's ranks finished, but machine 0 did not commit {p.key} to "
+                f"{store.location} within {launch.commit_timeout:.0f} s; every machine must use one shared store"
+            )
+        time.sleep(1.0)
     return store.ref(p.key)

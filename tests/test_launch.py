@@ -7,6 +7,8 @@ Hugging Face folder with full-size weights) and train to the same place within n
 from __future__ import annotations
 
 import math
+import socket
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from safetensors.torch import load_file
 from r1.launch import LaunchConfig, LaunchError, accelerate_command
 from r1.rewards import RewardSpec, completion_text
 from r1.runner import run_stage
+from r1.store import Store
 from stages import curate, evaluate, grpo, sft
 from stages.curate import CurateConfig
 from stages.evaluate import EvalConfig
@@ -91,21 +94,56 @@ def test_a_failing_rank_raises_with_the_log_tail_and_leaves_no_artifact(tiny_wor
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("config_file", [DDP, ZERO3], ids=["ddp", "zero3"])
-def test_sft_on_two_processes_matches_one_process(tiny_world, sft_data, config_file):
+@pytest.mark.parametrize(("config_file", "seed"), [(DDP, 1), (ZERO3, 2)], ids=["ddp", "zero3"])
+def test_sft_on_two_processes_matches_one_process(tiny_world, sft_data, config_file, seed):
     store, _, base_model = tiny_world
     inputs = {"model": base_model, "data": sft_data}
     one = run_stage(store, sft.STAGE, _sft_cfg(), inputs, "sft_1")
-    # Another seed so the 2-process run is its own artifact rather than a cache hit on `one`.
-    two = run_stage(store, sft.STAGE, _sft_cfg(seed=1, launch=_launch(config_file)), inputs, "sft_2")
+    # A seed of its own: launch is not in the key, so the same seed would be a cache hit on
+    # another launch mode's artifact (the manifest's launch section proves it was not).
+    two = run_stage(store, sft.STAGE, _sft_cfg(seed=seed, launch=_launch(config_file)), inputs, "sft_2")
     manifest = store.manifest(two.key)
-    assert store.verify(two.key).ok
+    assert store.verify(two.key).ok and manifest["metrics"]["launch"]["config_file"] == config_file
     assert manifest["metrics"]["world_size"] == 2 and manifest["metrics"]["steps"] == 20
     w_base, w_two = load_file(base_model.file("model.safetensors")), load_file(two.file("model.safetensors"))
     assert {k: v.shape for k, v in w_base.items()} == {k: v.shape for k, v in w_two.items()}  # gathered
     start, l1, l2 = (_sft_loss(r.path, sft_data) for r in (base_model, one, two))
     assert l1 < 0.9 * start and l2 < 0.9 * start, (start, l1, l2)
     assert math.isclose(l1, l2, rel_tol=0.15), (l1, l2)
+
+
+@pytest.mark.e2e
+def test_two_machines_train_together_and_machine_0_commits(tiny_world, sft_data):
+    """Two `machines` (threads with their own store objects over one shared root, each running
+    its own `accelerate launch` with one rank) rendezvous on localhost; both get machine 0's commit."""
+    store, _, base_model = tiny_world
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def machine(rank: int):
+        launch = LaunchConfig(
+            mode="accelerate",
+            config_file=DDP,
+            num_processes=2,
+            num_machines=2,
+            machine_rank=rank,
+            main_process_ip="127.0.0.1",
+            main_process_port=port,
+            commit_timeout=300,
+        )
+        cfg = _sft_cfg(seed=3, max_steps=10, launch=launch)
+        return run_stage(
+            Store(store.root), sft.STAGE, cfg, {"model": base_model, "data": sft_data}, f"machine{rank}"
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        follower, main = pool.map(machine, [1, 0])
+    assert follower == main and store.verify(main.key).ok
+    metrics = store.manifest(main.key)["metrics"]
+    assert metrics["world_size"] == 2 and metrics["steps"] == 10
+    before, after = load_file(base_model.file("model.safetensors")), load_file(main.file("model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
 def _grpo_cfg(tiny_recipe, seed: int, launch: LaunchConfig | None = None):
@@ -152,6 +190,7 @@ def test_grpo_on_two_processes_matches_one_process(
     ref = run_stage(store, grpo.STAGE, cfg, {"model": base_model, "data": task_data}, "grpo_2")
     manifest = store.manifest(ref.key)
     assert store.verify(ref.key).ok and manifest["metrics"]["world_size"] == 2
+    assert manifest["metrics"]["launch"]["config_file"] == config_file
     before, after = load_file(base_model.file("model.safetensors")), load_file(ref.file("model.safetensors"))
     assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}  # gathered
     assert "rewards/brevity_reward/mean" in ref.file("train_log.jsonl").read_text()
