@@ -7,8 +7,14 @@ Hugging Face folder with full-size weights) and train to the same place within n
 from __future__ import annotations
 
 import math
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +28,7 @@ from stages import curate, evaluate, grpo, sft
 from stages.curate import CurateConfig
 from stages.evaluate import EvalConfig
 from stages.sft import SFTStageConfig
+from tests.conftest import ROOT
 
 DDP = "configs/accelerate/cpu_ddp.yaml"
 ZERO3 = "configs/accelerate/cpu_zero3.yaml"
@@ -144,6 +151,57 @@ def test_two_machines_train_together_and_machine_0_commits(tiny_world, sft_data)
     assert metrics["world_size"] == 2 and metrics["steps"] == 10
     before, after = load_file(base_model.file("model.safetensors")), load_file(main.file("model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def _processes_with(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (Linux /proc)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
+def test_killing_the_parent_stops_the_launched_ranks(tiny_world, sft_data):
+    """SIGKILL the process that launched a stage: its launcher and ranks must not train on.
+
+    The stage prints nothing while it trains: a rank that writes to the dead parent's pipe dies
+    of the broken pipe anyway, a quiet one (a long run between log lines) would not.
+    """
+    store, _, base_model = tiny_world
+    script = (
+        "import sys; from r1.runner import run_stage; from r1.store import Store; from stages import sft; "
+        "from tests.test_launch import _launch, _sft_cfg; store = Store(sys.argv[1]); "
+        "inputs = {'model': store.ref(sys.argv[2]), 'data': store.ref(sys.argv[3])}; "
+        "run_stage(store, sft.STAGE, _sft_cfg(seed=4, max_steps=100000, logging_steps=10**6, launch=_launch(sys.argv[4])), inputs, 'orphan')"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, str(store.root), base_model.key, sft_data.key, DDP],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    marker = f"{store.work}/"  # every launched process names its spec file under the store's work dir
+    try:
+        deadline = time.monotonic() + 120
+        while len(_processes_with(marker + "sft-")) < 3:  # the launcher and two ranks
+            assert parent.poll() is None and time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.2)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while _processes_with(marker + "sft-") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _processes_with(marker + "sft-"), "launched processes outlived their parent"
+    finally:
+        parent.kill()
+        for pid in _processes_with(marker + "sft-"):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _grpo_cfg(tiny_recipe, seed: int, launch: LaunchConfig | None = None):
