@@ -109,10 +109,17 @@ def run_stage(
     existing = store.verify(p.key)
     if store.path(p.key).exists() and not existing.ok:
         log.warning("artifact %s fails verification (%s); rebuilding it", p.key, existing.reason)
+    launch = stage_launch(config)
+    if launch is not None and launch.num_machines > 1 and not store.shared_work:
+        # Checkpoints are written by machine 0 only; a machine that cannot see them would not
+        # resume with the others, and the ranks would go out of step.
+        raise LaunchError(
+            f"stage {p.label}: a launch over {launch.num_machines} machines needs a store on a shared "
+            f"filesystem (its checkpoints must be visible to every machine), not {store.location}"
+        )
     inputs = {role: store.materialize(ref) for role, ref in inputs.items()}  # readable here
     work = store.work_dir(p.key)
     work.mkdir(parents=True, exist_ok=True)
-    launch = stage_launch(config)
     if launch is not None and launch.machine_rank > 0:
         return _follow(store, stage, config, inputs, p, launch)
     with store.writing(

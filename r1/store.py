@@ -160,6 +160,7 @@ class Store:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = store_path(default_root() if root is None else root)
         self.location = str(self.root)  # what messages and Prefect's cache key name the store by
+        self.shared_work = True  # work dirs (resume state) live where every user of the store sees them
         self.artifacts = self.root / "artifacts"
         self.work = self.root / "work"
         self.tmp = self.root / "tmp"
@@ -352,6 +353,7 @@ class RemoteStore(Store):
             raise ValueError(f"artifact store {url!r}: {e}") from e
         super().__init__(cache if cache is not None else _cache_root(self.url))
         self.location = self.url
+        self.shared_work = False
 
     # -- remote layout --------------------------------------------------------------------------
     def _remote(self, key: str, *parts: str) -> str:

@@ -123,3 +123,13 @@ def test_a_worker_that_loses_the_race_adopts_the_committed_artifact(remote_url, 
     assert theirs.key == key
     assert b.path(key).joinpath("data.txt").read_text() == theirs.file("data.txt").read_text()
     assert b.manifest(key) == a.manifest(key) and Store.verify(b, key).ok
+
+
+def test_a_multi_machine_launch_is_refused_on_an_object_store(tmp_path):
+    from r1.launch import LaunchConfig, LaunchError
+    from stages.sft import SFTStageConfig
+
+    store = _machine("memory://multi/runs", tmp_path, "a")
+    launch = LaunchConfig(mode="accelerate", num_processes=2, num_machines=2)
+    with pytest.raises(LaunchError, match="shared filesystem"):
+        run_stage(store, Stage("sft", "1", STAGE.fn), SFTStageConfig(launch=launch), {})
