@@ -235,7 +235,13 @@ def test_a_process_work_pool_runs_the_deployed_recipe(tmp_path):
         port = s.getsockname()[1]
     prefect = [str(Path(sys.executable).parent / "prefect")]
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home"), "PREFECT_API_URL": api}
+    # INFO: the worker's log then says how the flow run ended (importing `flows` sets WARNING).
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_LOGGING_LEVEL": "INFO",
+    }
     server = subprocess.Popen(
         [*prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env={**env, "PREFECT_API_URL": ""},
