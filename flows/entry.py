@@ -13,8 +13,6 @@ from prefect import flow
 
 from r1.config import ConfigError
 
-FLOWS = ("r1-zero", "r1-full", "distill-data", "distill")
-
 
 def flow_for(name: str) -> Callable[..., str]:
     """The flow function for a CLI / deployment flow name."""
@@ -30,7 +28,9 @@ def flow_for(name: str) -> Callable[..., str]:
         from flows.distill import distill, distill_data
 
         return distill if name == "distill" else distill_data
-    raise ConfigError(f"unknown flow {name!r} (one of {', '.join(FLOWS)})")
+    from flows.recipes import RECIPES
+
+    raise ConfigError(f"unknown flow {name!r}; known: {sorted(RECIPES)}")
 
 
 @flow(name="r1", log_prints=False)

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from r1.config import Section
 
-SPEC_FILE = "launch_spec.json"
+SPEC_FILE = "launch_spec.{machine_rank}.json"
 METRICS_FILE = "launch_metrics.json"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +110,7 @@ def write_spec(stage, ctx, machine_rank: int = 0) -> Path:
         "work_dir": str(ctx.work_dir),
         "label": ctx.label,
     }
-    path = Path(ctx.work_dir, SPEC_FILE.replace(".json", f".{machine_rank}.json"))
+    path = Path(ctx.work_dir, SPEC_FILE.format(machine_rank=machine_rank))
     path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
     return path
 

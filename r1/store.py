@@ -431,9 +431,8 @@ class RemoteStore(Store):
 
     def list(self) -> list[dict[str, Any]]:
         """Manifests of all committed artifacts, oldest first."""
-        pattern = "/".join((self.remote_root.rstrip("/"), "artifacts", "*", MANIFEST))
         self.fs.invalidate_cache()
-        paths = self.fs.glob(pattern)
+        paths = self.fs.glob(self._remote("*", MANIFEST))
         out = []
         for data in (self.fs.cat(paths) if paths else {}).values():
             try:
@@ -461,10 +460,11 @@ class RemoteStore(Store):
             self._fetch(key, committed)  # another worker committed first: use theirs everywhere
             return
         blob = self._blob(key, manifest)
+        files = json.loads(manifest)["files"]
         try:
-            for parent in sorted({str(Path(rel).parent) for rel in json.loads(manifest)["files"]}):
+            for parent in sorted({str(Path(rel).parent) for rel in files}):
                 self.fs.makedirs(blob if parent == "." else f"{blob}/{parent}", exist_ok=True)
-            for rel in json.loads(manifest)["files"]:
+            for rel in files:
                 self.fs.put_file(str(local / rel), f"{blob}/{rel}")
             self.fs.pipe_file(self._remote(key, MANIFEST), manifest)
         except BaseException:
