@@ -37,11 +37,24 @@ def _lingua_detector(languages: tuple[str, ...]):
     return LanguageDetectorBuilder.from_iso_codes_639_1(*codes).build()
 
 
+@lru_cache(maxsize=64)
+def is_known_language(code: str) -> bool:
+    """A language this module can label: by script (``zh``, ``ja``, ``ko``, ``en``) or by lingua."""
+    if code in CJK_LANGUAGES or code == "en":
+        return True
+    if not isinstance(code, str) or not code.isalpha() or len(code) != 2:
+        return False
+    from lingua import IsoCode639_1
+
+    return hasattr(IsoCode639_1, code.upper())
+
+
 def _latin_word_languages(latin_words: list[str], languages: tuple[str, ...]) -> list[str]:
     """Language of each Latin-script word, from lingua's spans over the words joined in order.
 
     Single words are too short to identify; lingua's multi-language detection labels spans of the
     running text, and each word takes the label of the span it falls in (unlabelled: "unknown").
+    Spans and words are both in text order, so one pass over each labels every word.
     """
     if len(languages) == 1:
         return [languages[0]] * len(latin_words)
@@ -50,20 +63,30 @@ def _latin_word_languages(latin_words: list[str], languages: tuple[str, ...]) ->
         starts.append(len(text))
         text += w + " "
     labels = ["unknown"] * len(latin_words)
-    for span in _lingua_detector(languages).detect_multiple_languages_of(text):
+    spans = sorted(
+        _lingua_detector(languages).detect_multiple_languages_of(text), key=lambda s: s.start_index
+    )
+    i = 0
+    for span in spans:
         code = span.language.iso_code_639_1.name.lower()
-        for i, start in enumerate(starts):
-            if span.start_index <= start < span.end_index:
-                labels[i] = code
+        while i < len(starts) and starts[i] < span.start_index:
+            i += 1
+        while i < len(starts) and starts[i] < span.end_index:
+            labels[i] = code
+            i += 1
     return labels
 
 
 def language_share(text: str, target: str, latin_languages: tuple[str, ...] = ("en",)) -> float:
-    """Share of the chain-of-thought words of ``text`` in ``target``; 1.0 when it has no words.
+    """Share of the chain-of-thought words of ``text`` in ``target``.
 
     CJK characters count as ``zh`` words by script alone; Latin-script words are English unless
-    ``latin_languages`` names several, in which case lingua tells them apart.
+    ``latin_languages`` names several, in which case lingua tells them apart. A chain without
+    words (only numbers and symbols) mixes nothing and scores 1.0; an empty completion shows no
+    language at all and scores 0.0, so saying nothing never earns the full reward.
     """
+    if not text.strip():
+        return 0.0
     ws = words(chain_of_thought(text))
     if not ws:
         return 1.0

@@ -13,29 +13,64 @@ side by side::
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
+import inspect
+import logging
+import math
+import os
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from r1.answers import DEFAULT_TIMEOUT_S, answers_match, extract_answer
-from r1.language import language_share
+from r1.answers import DEFAULT_TIMEOUT_S, Deadline, answers_match, extract_answer
+from r1.config import new_option
+from r1.language import is_known_language, language_share
+
+log = logging.getLogger(__name__)
 
 Completion = str | list[dict[str, Any]]
 RewardFn = Callable[..., list[float | None]]
 
-_FORMAT = re.compile(r"^\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
-_TAG = re.compile(r"</?(think|answer)>")
+_TAG = re.compile(r"</?(?:think|answer)>")
+_FORMAT_TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
+DEFAULT_BATCH_TIMEOUT_S = 30.0
 
 
-def completion_text(completion: Completion) -> str:
-    """The generated text of a completion given as a string or as chat messages."""
+def _content_text(content: Any) -> str:
+    """A message's content: a string, or a list of parts (``{"type": "text", "text": ...}``)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p if isinstance(p, str) else str(p.get("text") or "") if isinstance(p, dict) else ""
+            for p in content
+        )
+    return ""
+
+
+def completion_text(completion: Completion | None) -> str:
+    """The generated text of a completion given as a string or as chat messages ("" for None).
+
+    Message contents may be strings or lists of parts, as multimodal chat formats write them;
+    anything else counts as no text, so a malformed completion scores 0 instead of crashing a step.
+    """
+    if completion is None:
+        return ""
     if isinstance(completion, str):
         return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
+    if isinstance(completion, dict):
+        completion = [completion]
+    if not isinstance(completion, list):
+        return ""
+    return "".join(
+        _content_text(m.get("content"))
+        for m in completion
+        if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+    )
 
 
 def _prompt_prefills_think(prompt: Any) -> bool:
@@ -44,30 +79,53 @@ def _prompt_prefills_think(prompt: Any) -> bool:
 
 
 def is_well_formatted(text: str) -> bool:
-    """Exactly one ``<think>...</think>`` then exactly one ``<answer>...</answer>``, nothing else."""
-    m = _FORMAT.match(text)
-    if not m:
+    """Exactly one ``<think>...</think>`` then exactly one ``<answer>...</answer>``, nothing else.
+
+    One linear scan over the tags (a backtracking regex over model output is quadratic): the first
+    five tags are enough to tell, whatever the completion's length.
+    """
+    tags = []
+    for m in _TAG.finditer(text):
+        tags.append(m)
+        if len(tags) > 4:
+            return False
+    if [m.group() for m in tags] != _FORMAT_TAGS:
         return False
-    return len(_TAG.findall(text)) == 4
+    outside = (text[: tags[0].start()], text[tags[1].end() : tags[2].start()], text[tags[3].end() :])
+    return not any(part.strip() for part in outside)
 
 
 def accuracy_reward(
     completions: Sequence[Completion],
     answer: Sequence[str | None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    batch_timeout_s: float | None = DEFAULT_BATCH_TIMEOUT_S,
     **_: Any,
 ) -> list[float | None]:
     """1.0 when the extracted answer is equivalent to the reference ``answer`` column, else 0.0.
 
     Rows without a reference (general prompts mixed into the final RL stage) get None, which
-    TRL leaves out of the reward instead of counting it as wrong.
+    TRL leaves out of the reward instead of counting it as wrong. Each check has ``timeout_s``
+    and the whole batch ``batch_timeout_s``: answers left unchecked when it runs out count as
+    wrong (with a warning), so hostile completions never stall a step for longer.
     """
-    return [
+    deadline = Deadline(batch_timeout_s)
+    out = [
         None
         if gold is None or str(gold) == ""
-        else float(answers_match(str(gold), extract_answer(completion_text(c)), timeout_s))
+        else float(answers_match(str(gold), extract_answer(completion_text(c)), timeout_s, deadline))
         for c, gold in zip(completions, answer, strict=True)
     ]
+    if deadline.unchecked:
+        log.warning(
+            "accuracy: %d of %d answers were not checked in time (limit %.1fs each, %ss per batch); "
+            "counted as wrong",
+            deadline.unchecked,
+            len(out),
+            timeout_s,
+            batch_timeout_s,
+        )
+    return out
 
 
 def format_reward(
@@ -94,15 +152,39 @@ def format_reward(
 
 def language_consistency_reward(
     completions: Sequence[Completion],
-    language: Sequence[str],
+    language: Sequence[str | None],
     latin_languages: Sequence[str] = ("en",),
     **_: Any,
-) -> list[float]:
-    """Share of chain-of-thought words in the row's target ``language`` (R1's stage-2 reward)."""
+) -> list[float | None]:
+    """Share of chain-of-thought words in the row's target ``language`` (R1's stage-2 reward).
+
+    A row without a language gets None (TRL leaves it out); a language code this reward cannot
+    label scores 0.0 with a warning, never an exception in the middle of training.
+    """
     latin = tuple(latin_languages)
-    return [
-        language_share(completion_text(c), lang, latin) for c, lang in zip(completions, language, strict=True)
-    ]
+    out: list[float | None] = []
+    for c, lang in zip(completions, language, strict=True):
+        if lang is None:
+            out.append(None)
+        elif not is_known_language(lang):
+            log.warning("language_consistency: unknown language code %r; scored 0", lang)
+            out.append(0.0)
+        else:
+            out.append(language_share(completion_text(c), lang, latin))
+    return out
+
+
+def _check_language_kwargs(kwargs: dict[str, Any]) -> None:
+    """Recipe-load check of ``latin_languages`` (lingua would otherwise fail mid-training)."""
+    codes = kwargs.get("latin_languages", ("en",))
+    if isinstance(codes, str) or not all(isinstance(c, str) for c in codes):
+        raise ValueError(f"latin_languages must be a list of language codes, got {codes!r}")
+    unknown = [c for c in codes if not is_known_language(c)]
+    if unknown:
+        raise ValueError(f"latin_languages: unknown language codes {unknown} (ISO 639-1, e.g. en, fr, de)")
+
+
+language_consistency_reward.check_kwargs = _check_language_kwargs  # type: ignore[attr-defined]
 
 
 def summary_of(text: str) -> str:
@@ -172,8 +254,6 @@ def preference_reward(
     """
     if reward_model_path is None:
         raise ValueError("preference_reward needs reward_model_path (the reward model artifact)")
-    import math
-
     kinds = list(kind) if kind is not None else [only_kind] * len(completions)
     idx = [i for i, k in enumerate(kinds) if only_kind is None or k == only_kind]
     out: list[float | None] = [None] * len(completions)
@@ -205,57 +285,174 @@ def register(name: str) -> Callable[[RewardFn], RewardFn]:
     return deco
 
 
+ALLOW_MODULES_ENV = "R1_ALLOW_REWARD_MODULES"
+
+
+def allowed_reward_modules() -> tuple[str, ...] | None:
+    """Modules a deployment lets ``module:function`` rewards import (None: any, ``*`` in the env).
+
+    Set by the operator of a work pool (``R1_ALLOW_REWARD_MODULES=my_rewards,tests.helpers``): a
+    deployment's parameters come from whoever can start a run, and a reward import runs code.
+    """
+    raw = os.environ.get(ALLOW_MODULES_ENV, "")
+    if raw.strip() == "*":
+        return None
+    return tuple(m.strip() for m in raw.split(",") if m.strip())
+
+
+def _allowed(module: str, allow: tuple[str, ...] | None) -> bool:
+    return allow is None or any(module == m or module.startswith(m + ".") for m in allow)
+
+
+def lookup_reward(name: str, allow_modules: tuple[str, ...] | None = None) -> RewardFn:
+    """A registry name, or ``package.module:function`` for a user's own reward.
+
+    The import form works where the registry cannot: in the ranks ``accelerate launch`` starts,
+    which import the recipe's rewards afresh. Importing runs the module's code: a recipe that
+    names one is code, and ``allow_modules`` (a deployment's allow-list) limits what it may import.
+    """
+    if ":" in name:
+        module, attr = name.split(":", 1)
+        if not _allowed(module, allow_modules):
+            raise KeyError(
+                f"reward {name!r} imports {module!r}, which this deployment does not allow "
+                f"(the operator may allow it: {ALLOW_MODULES_ENV}={module})"
+            )
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise KeyError(f"reward {name!r} cannot be imported: {e}") from e
+        if not callable(fn):
+            raise KeyError(f"reward {name!r} is not callable")
+        return fn
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, list(REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KeyError(f"unknown reward {name!r}{hint}; known: {sorted(REGISTRY)} or module:function")
+    return REGISTRY[name]
+
+
+def reward_parameters(fn: RewardFn) -> list[str]:
+    """The named parameters a recipe may bind (everything but ``completions`` and ``*args/**kw``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check against
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in kinds and p.name != "completions"]
+
+
+def check_reward_kwargs(name: str, fn: RewardFn, kwargs: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for a keyword the reward does not take (a typo would be ignored)."""
+    known = reward_parameters(fn)
+    for key in kwargs:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"reward {name!r} takes no argument {key!r}{hint}; it takes {known}")
+    check = getattr(fn, "check_kwargs", None)
+    if check is not None:
+        check(kwargs)
+
+
 class RewardSpec(BaseModel):
-    """One reward in a recipe: registry name, weight and keyword arguments together."""
+    """One reward in a recipe: registry name, weight and keyword arguments together.
+
+    The name is resolved and the arguments bound against the function's signature when the
+    recipe loads, so a typo fails before any stage runs.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str
     weight: float = 1.0
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    on_nonfinite: Literal["error", "zero"] = Field(
+        "error",
+        description="a NaN or infinite score: stop the step naming the reward, or count it and use 0",
+        **new_option(),
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _resolve(cls, name: str, info: ValidationInfo) -> str:
+        try:
+            lookup_reward(name, _allow_from(info))
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+        return name
+
+    @field_validator("kwargs")
+    @classmethod
+    def _bind(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        name = info.data.get("name")
+        if name is not None:  # else the name already failed
+            check_reward_kwargs(name, lookup_reward(name, _allow_from(info)), kwargs)
+        return kwargs
+
+
+def _allow_from(info: ValidationInfo) -> tuple[str, ...] | None:
+    context = info.context or {}
+    return context.get("allow_reward_modules") if isinstance(context, dict) else None
 
 
 class RewardError(RuntimeError):
-    """A reward function raised; the message names the reward and an offending completion."""
+    """A reward function failed or returned a bad score; the message names the reward."""
+
+
+def _checked_scores(spec: RewardSpec, scores: Any, n: int, stats: dict[str, int]) -> list[float | None]:
+    """The reward's scores, one per completion, each None or finite (NaN/inf: error or 0, counted)."""
+    if not isinstance(scores, list | tuple) or len(scores) != n:
+        got = len(scores) if isinstance(scores, list | tuple) else type(scores).__name__
+        raise RewardError(f"reward {spec.name!r} returned {got} scores for {n} completions")
+    out: list[float | None] = []
+    for s in scores:
+        if s is None:
+            out.append(None)
+            continue
+        try:
+            value = float(s)
+        except (TypeError, ValueError):
+            raise RewardError(f"reward {spec.name!r} returned a non-number {s!r}") from None
+        if not math.isfinite(value):
+            if spec.on_nonfinite == "error":
+                raise RewardError(
+                    f"reward {spec.name!r} returned {value} (set on_nonfinite: zero to count such "
+                    "scores and train on 0 instead)"
+                )
+            stats["nonfinite"] += 1
+            log.warning("reward %r returned %s; scored 0 (%d so far)", spec.name, value, stats["nonfinite"])
+            value = 0.0
+        out.append(value)
+    return out
 
 
 def build_reward(spec: RewardSpec, context: dict[str, Any] | None = None) -> RewardFn:
     """The registry function bound to the spec's kwargs, named after the spec for TRL's logs.
 
     Exceptions are re-raised as :class:`RewardError` naming the reward, so a broken reward stops
-    the stage with a clear message (its checkpoints are kept and a rerun resumes).
+    the stage with a clear message (its checkpoints are kept and a rerun resumes); so are scores
+    that are not one finite number (or None) per completion. ``reward.stats["nonfinite"]`` counts
+    the NaN/inf scores replaced by 0 under ``on_nonfinite: zero``.
     """
     fn = lookup_reward(spec.name)
+    extra = context or {}
+    stats = {"nonfinite": 0}
 
     @functools.wraps(fn)
     def reward(completions, **columns):
         try:
-            return fn(completions, **{**columns, **(context or {}), **spec.kwargs})
+            scores = fn(completions, **{**columns, **extra, **spec.kwargs})
         except Exception as e:
             sample = completion_text(completions[0])[:120] if completions else ""
             raise RewardError(
                 f"reward {spec.name!r} raised {type(e).__name__}: {e} (first completion: {sample!r})"
             ) from e
+        return _checked_scores(spec, scores, len(completions), stats)
 
     reward.__name__ = spec.name.rsplit(":", 1)[-1]
+    reward.stats = stats  # type: ignore[attr-defined]
     return reward
-
-
-def lookup_reward(name: str) -> RewardFn:
-    """A registry name, or ``package.module:function`` for a user's own reward.
-
-    The import form works where the registry cannot: in the ranks ``accelerate launch`` starts,
-    which import the recipe's rewards afresh.
-    """
-    if ":" in name:
-        module, attr = name.split(":", 1)
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise KeyError(f"reward {name!r} cannot be imported: {e}") from e
-    if name not in REGISTRY:
-        raise KeyError(f"unknown reward {name!r}; known: {sorted(REGISTRY)} or module:function")
-    return REGISTRY[name]
 
 
 def build_rewards(
