@@ -35,8 +35,14 @@ def flow_for(name: str) -> Callable[..., str]:
 
 @flow(name="r1", log_prints=False)
 def r1(flow: str = "r1-zero", recipe: str | None = None, overrides: list[str] | None = None) -> str:
-    """Run a recipe as ``r1 run FLOW [--recipe RECIPE] [OVERRIDES...]`` does; return its result path."""
-    from flows import recipes
+    """Run a recipe as ``r1 run FLOW [--recipe RECIPE] [OVERRIDES...]`` does; return its result path.
 
-    loaded = recipes.load(flow, recipe, overrides or [])
+    Whoever can start a deployment run chooses its parameters, and a ``module:function`` reward
+    imports code: here only registry rewards and the modules the worker's operator allows in
+    ``R1_ALLOW_REWARD_MODULES`` (comma-separated, or ``*`` for any) are accepted.
+    """
+    from flows import recipes
+    from r1.rewards import allowed_reward_modules
+
+    loaded = recipes.load(flow, recipe, overrides or [], allow_reward_modules=allowed_reward_modules())
     return flow_for(flow)(loaded)

@@ -6,16 +6,17 @@ so a dotted override names exactly one thing: ``r1_zero.learning_rate=1e-4``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from flows.common import Runtime
-from r1.config import Section, load_recipe
+from r1.config import Section, load_recipe, task_split_uses
 from stages.base import BaseConfig, MicroBase
 from stages.curate import CurateConfig
-from stages.data import DataConfig, MicroWorldData
+from stages.data import DataConfig, MicroWorldData, splits_of
 from stages.evaluate import EvalConfig
 from stages.grpo import GRPOStageConfig
 from stages.reward_model import PreferenceConfig, RewardModelConfig
@@ -23,19 +24,57 @@ from stages.sample import SampleConfig
 from stages.sft import SFTStageConfig
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 class R1ZeroRecipe(Section):
     """R1-Zero: GRPO straight from the base, rule rewards only (accuracy + format)."""
 
     flow: Literal["r1-zero"] = "r1-zero"
-    name: str = "r1-zero"
+    name: str = Field("r1-zero", description="names the run's report folder: letters, digits, . _ -")
     store: str | None = Field(None, description="artifact store root (default $R1_STORE or runs/)")
     runtime: Runtime = Field(default_factory=Runtime)
     data: DataConfig = Field(default_factory=MicroWorldData)
     base: BaseConfig = Field(default_factory=MicroBase)
     grpo: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, name: str) -> str:
+        """The name becomes a path (``reports/<name>``): an identifier, never a path of its own."""
+        if not _NAME.match(name):
+            raise ValueError(
+                f"name {name!r} must start with a letter or digit and hold only letters, digits, '.', '_' "
+                "or '-' (at most 100): it names the report folder in the store"
+            )
+        return name
+
+    def sections_run(self) -> list[str]:
+        """The sections this recipe's flow runs (all of them, unless a subclass says otherwise)."""
+        return list(type(self).model_fields)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> R1ZeroRecipe:
+        """Checks across sections that would otherwise fail only when a late stage starts."""
+        run = self.sections_run()
+        for field in ("base", "student_base"):
+            base = getattr(self, field, None) if field in run else None
+            if base is not None and base.kind == "micro" and self.data.kind != "microworld":
+                raise ValueError(
+                    f"{field}.kind micro pretrains on the micro-world's corpus, but data.kind is "
+                    f"{self.data.kind!r}: use {field}.kind pretrained (a checkpoint) with real problems"
+                )
+        written = splits_of(self.data)
+        for field in run:
+            value = getattr(self, field)
+            uses = task_split_uses(value, f"{field}.") if isinstance(value, Section) else []
+            for dotted, split in uses:
+                if split not in written:
+                    raise ValueError(
+                        f"{dotted} reads split {split!r}, but the data stage writes only {sorted(written)}"
+                    )
+        return self
 
 
 class Sampled(Section):
@@ -97,6 +136,17 @@ class DistillRecipe(R1FullRecipe):
     student_sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
     student_rl: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
 
+    def sections_run(self) -> list[str]:
+        """The R1 pipeline's sections run only when it builds the teacher."""
+        if self.distill.teacher.source == "pipeline":
+            return super().sections_run()
+        pipeline_only = (
+            set(R1FullRecipe.model_fields)
+            - set(Section.model_fields)
+            - {"flow", "name", "store", "runtime", "data", "eval"}
+        )
+        return [f for f in type(self).model_fields if f not in pipeline_only]
+
 
 RECIPES: dict[str, type[Section]] = {
     "r1-zero": R1ZeroRecipe,
@@ -112,13 +162,51 @@ DEFAULT_RECIPE = {
 }
 
 
-def load(flow: str, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Section:
-    """The flow's recipe from ``path`` (default: its file in configs/) with overrides applied."""
+def _shift_seeds(section: BaseModel, by: int) -> BaseModel:
+    """``section`` with every ``seed`` field in it and its sub-sections shifted by ``by``."""
+    update: dict = {}
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        if name == "seed" and isinstance(value, int):
+            update[name] = value + by
+        elif isinstance(value, BaseModel):
+            update[name] = _shift_seeds(value, by)
+    return section.model_copy(update=update)
+
+
+def seeded(recipe: R1ZeroRecipe, seed: int) -> R1ZeroRecipe:
+    """The recipe for one seed of a multi-seed run: every seed shifted by ``seed``, but the data's.
+
+    The task data (the micro-world, the held-out split) stays the same, so every seed is
+    evaluated on the same problems and the data stage is shared; model initialisation, data
+    order, sampling and evaluation draws change. Offsets between stages are kept (a recipe whose
+    stages use seeds 0, 1, 2 runs seed 1 with 1, 2, 3), so seed 0 is the recipe as written.
+    """
+    update = {
+        name: _shift_seeds(getattr(recipe, name), seed)
+        for name in type(recipe).model_fields
+        if name != "data" and isinstance(getattr(recipe, name), BaseModel)
+    }
+    return recipe.model_copy(update={**update, "name": f"{recipe.name}-seed{seed}"})
+
+
+def load(
+    flow: str,
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    allow_reward_modules: tuple[str, ...] | None = None,
+) -> Section:
+    """The flow's recipe from ``path`` (default: its file in configs/) with overrides applied.
+
+    A recipe is code: a ``module:function`` reward imports that module. ``allow_reward_modules``
+    (a deployment's allow-list; None allows any) limits which modules a recipe may name.
+    """
     from r1.config import ConfigError
 
     if flow not in RECIPES:
         raise ConfigError(f"unknown flow {flow!r}; known: {sorted(RECIPES)}")
-    recipe = load_recipe(RECIPES[flow], path or DEFAULT_RECIPE[flow], overrides)
+    context = {"allow_reward_modules": allow_reward_modules}
+    recipe = load_recipe(RECIPES[flow], path or DEFAULT_RECIPE[flow], overrides, context)
     if recipe.flow != flow.removesuffix("-data"):
         raise ConfigError(f"recipe {path} is for flow {recipe.flow!r}, not {flow!r}")
     return recipe

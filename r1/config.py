@@ -28,6 +28,23 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def task_split_uses(section: BaseModel, prefix: str = "") -> list[tuple[str, str]]:
+    """Every (dotted key, split name) of the task data that ``section`` and its sub-sections read.
+
+    A section that reads splits of the task data says which by defining ``task_splits()`` (field
+    name -> split); a recipe checks them against the splits its data stage writes, at load time.
+    """
+    uses: list[tuple[str, str]] = []
+    own = getattr(section, "task_splits", None)
+    if callable(own):
+        uses += [(f"{prefix}{field}", split) for field, split in own().items()]
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        if isinstance(value, BaseModel):
+            uses += task_split_uses(value, f"{prefix}{name}.")
+    return uses
+
+
 def unhashed(**kwargs: Any) -> dict[str, Any]:
     """``json_schema_extra`` marking a field that does not change a stage's result (e.g. save_steps)."""
     return {"json_schema_extra": {"hash": False}, **kwargs}
@@ -88,9 +105,13 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     if resolved in _seen:
         raise ConfigError(f"recipe inherits itself: {' -> '.join(map(str, (*_seen, resolved)))}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if data is None:
+        raise ConfigError(f"{path}: the recipe is empty (a recipe names its flow and sections)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe must be a mapping of sections, got {type(data).__name__}")
     parent = data.pop("inherit", None)
@@ -146,31 +167,44 @@ def _list_item(node: list, k: str, where: str) -> Any:
     return node[idx]
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
-    """Field names of the section at ``loc`` inside ``cls`` (for did-you-mean suggestions)."""
-    current: Any = cls
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The BaseModels inside an annotation like ``X``, ``X | None``, ``list[X]`` or ``A | B``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    out: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        out += [m for m in _models_in(arg) if m not in out]
+    return out
+
+
+def _walk(cls: type[BaseModel], loc: tuple) -> tuple[list[str], type[BaseModel] | None]:
+    """The key path a user wrote for pydantic's ``loc``, and the section it ends in.
+
+    Pydantic puts a tagged union's tag into the location (``base.micro.model``); the recipe has
+    no such key, so the tag selects the union member and is left out of the path.
+    """
+    current: type[BaseModel] | None = cls
+    shown: list[str] = []
+    members: dict[Any, type[BaseModel]] = {}
     for part in loc:
         if isinstance(part, int):
+            shown.append(str(part))
             continue
-        fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
-            return []
-        annotation = fields[part].annotation
-        current = _model_in(annotation)
-        if current is None:
-            return []
-    return list(getattr(current, "model_fields", {}) or [])
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The BaseModel inside an annotation like ``X``, ``X | None`` or ``list[X]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        if part in members:
+            current, members = members[part], {}
+            continue
+        members = {}
+        shown.append(str(part))
+        fields = getattr(current, "model_fields", None) or {}
+        if part not in fields:
+            current = None
+            continue
+        found = _models_in(fields[part].annotation)
+        current = found[0] if len(found) == 1 else None
+        if len(found) > 1:
+            tag = fields[part].discriminator or "kind"
+            members = {m.model_fields[tag].default: m for m in found if tag in m.model_fields}
+    return shown, current
 
 
 def format_validation_error(cls: type[BaseModel], err: ValidationError, source: str) -> str:
@@ -178,23 +212,36 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, source: 
     lines = [f"invalid recipe ({source}):"]
     for e in err.errors():
         loc = tuple(e["loc"])
-        dotted = ".".join(str(p) for p in loc) or "<root>"
+        shown, _ = _walk(cls, loc)
+        dotted = ".".join(shown) or "<root>"
         if e["type"] == "extra_forbidden":
-            known = _fields_at(cls, loc[:-1])
+            parent, section = _walk(cls, loc[:-1])
+            known = list(getattr(section, "model_fields", {}) or [])
             close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            hint = f" (did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?)" if close else ""
+            hint = f" (did you mean {'.'.join([*parent, close[0]])!r}?)" if close else ""
             lines.append(f"  {dotted}: unknown key{hint}")
+        elif e["type"] == "value_error":
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {dotted}: {msg}" if shown else f"  {msg}")
         else:
             lines.append(f"  {dotted}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
 
 
-def load_recipe(cls: type[T], path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> T:
-    """Read, merge, override and validate a recipe; raise :class:`ConfigError` on any problem."""
+def load_recipe(
+    cls: type[T],
+    path: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    context: dict[str, Any] | None = None,
+) -> T:
+    """Read, merge, override and validate a recipe; raise :class:`ConfigError` on any problem.
+
+    ``context`` reaches every validator (e.g. a deployment's allow-list of reward modules).
+    """
     data = read_yaml(path)
     for o in overrides:
         data = apply_override(data, o)
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(data, context=context)
     except ValidationError as e:
         raise ConfigError(format_validation_error(cls, e, str(path))) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # R1's tags are ordinary tokens, not special ones: TRL decodes completions with
 # skip_special_tokens=True, which would strip special tags before the format reward sees them.
@@ -57,6 +57,20 @@ class ModelConfig(BaseModel):
     num_attention_heads: int = Field(4, gt=0)
     num_key_value_heads: int = Field(2, gt=0)
     max_position_embeddings: int = Field(192, gt=0)
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not divisible by num_key_value_heads "
+                f"{self.num_key_value_heads}"
+            )
+        return self
 
 
 def build_word_tokenizer(words: list[str], chars: str):

@@ -87,6 +87,28 @@ def peft_config(lora: LoraSettings | None):
     )
 
 
+def check_trl_args(config_class: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Raise ``ValueError`` for a key that TRL's ``config_class`` does not have (with did-you-mean).
+
+    Recipe sections call this at load time: an unknown key would otherwise fail only when the
+    stage builds its trainer, after every earlier stage ran. TRL is imported only when needed.
+    """
+    if not args:
+        return args
+    import dataclasses
+    import difflib
+
+    import trl
+
+    fields = [f.name for f in dataclasses.fields(getattr(trl, config_class))]
+    for key in args:
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"trl.{config_class} has no field {key!r}{hint}")
+    return args
+
+
 def world_size() -> int:
     """Processes training together (``accelerate launch`` sets WORLD_SIZE; 1 in-process)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -197,6 +219,25 @@ class ProgressPrinter:
                     print(f"[{label}] step {state.global_step}/{state.max_steps}  {shown}", flush=True)
 
         return _Printer()
+
+
+class LogExtras:
+    """A ``TrainerCallback`` that adds ``extras()`` to each row of the trainer's log history.
+
+    For figures the trainer does not log itself (e.g. non-finite reward scores replaced by 0).
+    The row is the one just appended, so the figures land in ``train_log.jsonl`` and survive a
+    resume with the rest of the history.
+    """
+
+    def __new__(cls, extras):
+        from transformers import TrainerCallback
+
+        class _Extras(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if state.log_history:
+                    state.log_history[-1].update(extras())
+
+        return _Extras()
 
 
 def quiet_trainer(trainer) -> None:

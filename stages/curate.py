@@ -44,6 +44,9 @@ class CurateConfig(Section):
     )
     seed: int = 0
 
+    def task_splits(self) -> dict[str, str]:
+        return {"non_reasoning": "general"} if self.non_reasoning else {}
+
 
 def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     """Word/number/symbol n-grams of a prompt; a prompt shorter than n is one n-gram of itself."""

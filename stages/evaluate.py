@@ -33,6 +33,9 @@ class EvalConfig(Section):
     batch_size: int = Field(512, gt=0, description="sequences per generate call")
     self_check_pattern: str = DEFAULT_SELF_CHECK
 
+    def task_splits(self) -> dict[str, str]:
+        return {"split": self.split}
+
 
 def evaluate(ctx: StageContext) -> None:
     from datasets import Dataset
@@ -66,4 +69,4 @@ def evaluate(ctx: StageContext) -> None:
     )
 
 
-STAGE = Stage(name="evaluate", version="1", fn=evaluate)
+STAGE = Stage(name="evaluate", version="2", fn=evaluate)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
@@ -19,8 +19,10 @@ from r1.models import load_model, load_tokenizer
 from r1.rewards import RewardSpec, build_rewards
 from r1.runner import Stage, StageContext
 from r1.training import (
+    LogExtras,
     LoraSettings,
     ProgressPrinter,
+    check_trl_args,
     common_trainer_kwargs,
     device_kwargs,
     peft_config,
@@ -99,6 +101,14 @@ class GRPOStageConfig(Section):
         if not self.rewards:
             raise ValueError("grpo needs at least one reward")
         return self
+
+    @field_validator("trl_args")
+    @classmethod
+    def _trl_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_trl_args("GRPOConfig", v)
+
+    def task_splits(self) -> dict[str, str]:
+        return {"split": self.split, **({"general_split": self.general_split} if self.general_split else {})}
 
 
 PHASED_COLUMNS = ("prompt", "answer", "language", "kind")
@@ -228,6 +238,11 @@ def run_grpo(ctx: StageContext) -> None:
     trainer = make_trainer(load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, context)
     quiet_trainer(trainer)
     trainer.add_callback(ProgressPrinter(ctx.label, cfg.print_every, _progress_keys(cfg)))
+    counted = [
+        f for f, spec in zip(trainer.reward_funcs, cfg.rewards, strict=True) if spec.on_nonfinite == "zero"
+    ]
+    if counted:
+        trainer.add_callback(LogExtras(_nonfinite_counts(counted)))
     train_with_resume(trainer, ctx.work_dir)
     save_trained(trainer, tokenizer, ctx.out_dir)
     history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
@@ -239,6 +254,25 @@ def run_grpo(ctx: StageContext) -> None:
             "final_reward": sum(h["reward"] for h in steps[-10:]) / len(steps[-10:]) if steps else None,
         }
     )
+    if counted:  # summed over the whole log, so a resumed run counts its earlier attempts too
+        ctx.metrics["nonfinite_rewards"] = {
+            f.__name__: sum(h.get(f"rewards/{f.__name__}/nonfinite", 0) for h in history) for f in counted
+        }
+
+
+def _nonfinite_counts(funcs):
+    """Per log row: how many NaN/inf scores each reward replaced by 0 since the previous row."""
+    seen = {f.__name__: 0 for f in funcs}
+
+    def extras() -> dict[str, int]:
+        out = {}
+        for f in funcs:
+            total = f.stats["nonfinite"]
+            out[f"rewards/{f.__name__}/nonfinite"] = total - seen[f.__name__]
+            seen[f.__name__] = total
+        return out
+
+    return extras
 
 
 def _progress_keys(cfg: GRPOStageConfig) -> dict[str, str]:
@@ -251,4 +285,4 @@ def _progress_keys(cfg: GRPOStageConfig) -> dict[str, str]:
     return keys
 
 
-STAGE = Stage(name="grpo", version="1", fn=run_grpo, resume_step=resume_step)
+STAGE = Stage(name="grpo", version="2", fn=run_grpo, resume_step=resume_step)

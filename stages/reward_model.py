@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 
 from data import microworld
 from r1.config import Section, new_option
+from r1.external import external
 from r1.models import load_tokenizer
 from r1.rewards import RewardModelScorer, summary_of
 from r1.runner import Stage, StageContext
@@ -36,15 +38,22 @@ class PreferenceConfig(Section):
     n_train: int | None = Field(None, gt=0, description="training pairs (default: all other prompts)")
     seed: int = 0
     path: str | None = Field(
-        None, description="given pairs (file or hub id) instead of micro-world ones", **new_option()
+        None,
+        description="given pairs (file or hub id) instead of micro-world ones",
+        **external(**new_option()),
     )
     path_split: str = Field("train", **new_option())
     columns: tuple[str, str, str] = Field(
         ("prompt", "chosen", "rejected"), description="prompt, chosen, rejected fields", **new_option()
     )
 
+    def task_splits(self) -> dict[str, str]:
+        return {} if self.path else {"split": self.split}
+
 
 class RewardModelConfig(TrainConfig):
+    trl_config: ClassVar[str] = "RewardConfig"
+
     max_steps: int = 300
     batch_size: int = Field(32, gt=0)
     learning_rate: float = Field(5e-4, gt=0)

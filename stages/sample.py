@@ -44,6 +44,9 @@ class SampleConfig(Section):
         description="scores stored with every completion (reward_<name> columns)",
     )
 
+    def task_splits(self) -> dict[str, str]:
+        return {"split": self.split}
+
 
 def finished_shards(work_dir) -> int:
     """Shards already committed in ``work_dir`` (``Stage.resume_step`` for sampling)."""
@@ -118,4 +121,4 @@ def sample(ctx: StageContext) -> None:
         ctx.metrics[f"mean_{col}"] = sum(values) / len(values) if values else None
 
 
-STAGE = Stage(name="sample", version="1", fn=sample, resume_step=finished_shards, resume_unit="shard")
+STAGE = Stage(name="sample", version="2", fn=sample, resume_step=finished_shards, resume_unit="shard")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
@@ -20,6 +20,7 @@ from r1.runner import Stage, StageContext
 from r1.training import (
     LoraSettings,
     ProgressPrinter,
+    check_trl_args,
     common_trainer_kwargs,
     device_kwargs,
     peft_config,
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 class TrainConfig(Section):
     """Optimiser and schedule of a supervised run (pretraining or SFT)."""
+
+    trl_config: ClassVar[str] = "SFTConfig"  # the TRL class `trl_args` go to
 
     max_steps: int = Field(-1, description="stop after this many steps; -1 trains for `epochs`")
     epochs: float = Field(2.0, gt=0)
@@ -56,6 +59,18 @@ class TrainConfig(Section):
         None, description="train LoRA adapters instead of every weight", **new_option()
     )
     trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.SFTConfig")
+
+    @field_validator("max_steps")
+    @classmethod
+    def _steps(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError(f"max_steps must be positive, or -1 to train for `epochs` (got {v})")
+        return v
+
+    @field_validator("trl_args")
+    @classmethod
+    def _trl_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_trl_args(cls.trl_config, v)
 
 
 class SFTStageConfig(TrainConfig):
