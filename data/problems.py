@@ -9,9 +9,12 @@ folders, a hub id (when the machine is online), or a reasoning-gym task generate
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
+
+from r1.answers import last_boxed
 
 R1_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -37,18 +40,10 @@ def gsm8k_answer(solution: str) -> str:
 
 def boxed_answer(solution: str) -> str:
     """The content of the last ``\\boxed{...}`` in a MATH solution (nested braces kept)."""
-    start = solution.rfind("\\boxed{")
-    if start < 0:
-        raise ValueError("no \\boxed{} answer")
-    depth, i = 0, start + len("\\boxed{")
-    for j in range(i, len(solution)):
-        if solution[j] == "{":
-            depth += 1
-        elif solution[j] == "}":
-            if depth == 0:
-                return solution[i:j].strip()
-            depth -= 1
-    raise ValueError("unbalanced \\boxed{")
+    answer = last_boxed(solution)
+    if answer is None:
+        raise ValueError("no complete \\boxed{} answer")
+    return answer
 
 
 PARSERS = {"gsm8k": gsm8k_answer, "boxed": boxed_answer, "plain": lambda s: str(s).strip()}
@@ -72,10 +67,12 @@ def problem_rows(
     rows = []
     for i, rec in enumerate(raw, 1):
         try:
+            if rec.get(answer_key) is None:  # str(None) would make "None" the reference answer
+                raise ValueError(f"{answer_key!r} is missing or null")
             question, answer = rec[question_key], parse(rec[answer_key])
             if not isinstance(question, str) or not question.strip() or not answer:
                 raise ValueError("empty question or answer")
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise MalformedRowError(f"{source}: row {i}: malformed problem ({type(e).__name__}: {e})") from e
         rows.append({"prompt": r1_prompt(question), "answer": answer, "language": "en"})
         if limit is not None and len(rows) >= limit:
@@ -83,14 +80,62 @@ def problem_rows(
     return rows
 
 
+def clean_rows(
+    rows: list[dict], max_prompt_chars: int, exclude: set[str] = frozenset()
+) -> tuple[list[dict], Counter]:
+    """Rows without duplicates, over-long prompts and questions in ``exclude``; what was dropped.
+
+    The documented policy for problems that are well formed but unusable: a repeated question
+    (counted twice it would skew an evaluation), a prompt longer than ``max_prompt_chars`` (one
+    such prompt can make a trainer allocate for its length), a training question that is also a
+    test question. Each is dropped and counted, in this order.
+    """
+    kept, seen, dropped = [], set(), Counter()
+    for row in rows:
+        q = question_of(row)
+        reason = (
+            "in_test"
+            if q in exclude
+            else "duplicate"
+            if q in seen
+            else "overlong_prompt"
+            if len(q) > max_prompt_chars
+            else None
+        )
+        seen.add(q)
+        if reason:
+            dropped[reason] += 1
+        else:
+            kept.append(row)
+    return kept, dropped
+
+
 def _jsonl(path: Path) -> Iterable[dict]:
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise MalformedRowError(f"{path}:{lineno}: not JSON ({e})") from e
+        try:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise MalformedRowError(f"{path}:{lineno}: not JSON ({e})") from e
+                    if not isinstance(rec, dict):
+                        raise MalformedRowError(f"{path}:{lineno}: a record must be a JSON object")
+                    yield rec
+        except UnicodeDecodeError as e:
+            raise MalformedRowError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _json(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise MalformedRowError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise MalformedRowError(f"{path}: not JSON ({e})") from e
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise MalformedRowError(f"{path}: a .json problem file must hold a list of objects")
+    return data
 
 
 def read_records(path: str, split: str) -> Iterable[dict]:
@@ -109,7 +154,7 @@ def read_records(path: str, split: str) -> Iterable[dict]:
     if p.suffix == ".jsonl":
         return _jsonl(p)
     if p.suffix == ".json":
-        return json.loads(p.read_text(encoding="utf-8"))
+        return _json(p)
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
 

@@ -19,8 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from r1.config import hashable
+from r1.external import fingerprints
 from r1.launch import LaunchConfig, LaunchError, stage_launch
-from r1.store import ArtifactRef, Store, artifact_key
+from r1.store import ArtifactRef, Provenance, Store
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,19 @@ class Plan:
         return f"[{self.label}] {what} ({self.key})"
 
 
+def provenance(stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef]) -> Provenance:
+    """What the stage's artifact is made of: its config, its inputs and the outside files it reads."""
+    return Provenance(
+        stage.name,
+        stage.version,
+        hashable(config),
+        {k: v.key for k, v in inputs.items()},
+        fingerprints(config),
+    )
+
+
 def stage_key(stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef]) -> str:
-    return artifact_key(stage.name, stage.version, hashable(config), {k: v.key for k, v in inputs.items()})
+    return provenance(stage, config, inputs).key
 
 
 def plan(
@@ -100,15 +112,16 @@ def run_stage(
     label: str = "",
     announce: bool = True,
 ) -> ArtifactRef:
-    """Return the verified artifact for this stage, running (or resuming) it when needed."""
+    """Return the verified artifact for this stage, running (or resuming) it when needed.
+
+    The build holds the key's lock (:meth:`Store.lock`): a second run of the same stage on this
+    store waits for the first and takes its artifact, and never removes its folders.
+    """
     p = plan(store, stage, config, inputs, label)
     if announce:
         print(p.line(), flush=True)
     if p.status == "cached":
         return store.ref(p.key)
-    existing = store.verify(p.key)
-    if store.path(p.key).exists() and not existing.ok:
-        log.warning("artifact %s fails verification (%s); rebuilding it", p.key, existing.reason)
     launch = stage_launch(config)
     if launch is not None and launch.num_machines > 1 and not store.shared_work:
         # Checkpoints are written by machine 0 only; a machine that cannot see them would not
@@ -117,14 +130,33 @@ def run_stage(
             f"stage {p.label}: a launch over {launch.num_machines} machines needs a store on a shared "
             f"filesystem (its checkpoints must be visible to every machine), not {store.location}"
         )
+    if launch is not None and launch.machine_rank > 0:
+        inputs = {role: store.materialize(ref) for role, ref in inputs.items()}
+        store.work_dir(p.key).mkdir(parents=True, exist_ok=True)
+        return _follow(store, stage, config, inputs, p, launch)
+
+    def waiting() -> None:
+        print(f"[{p.label}] waiting: another run is building {p.key}", flush=True)
+
+    with store.lock(p.key, on_wait=waiting):
+        p = plan(store, stage, config, inputs, label)  # the run we waited for may have built it
+        if p.status == "cached":
+            return store.ref(p.key)
+        return _build(store, stage, config, inputs, p)
+
+
+def _build(
+    store: Store, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], p: Plan
+) -> ArtifactRef:
+    """Run the stage into a fresh temporary artifact and commit it (the caller holds the lock)."""
+    existing = store.verify(p.key)
+    if store.path(p.key).exists() and not existing.ok:
+        log.warning("artifact %s fails verification (%s); rebuilding it", p.key, existing.reason)
+    prov = provenance(stage, config, inputs)
     inputs = {role: store.materialize(ref) for role, ref in inputs.items()}  # readable here
     work = store.work_dir(p.key)
     work.mkdir(parents=True, exist_ok=True)
-    if launch is not None and launch.machine_rank > 0:
-        return _follow(store, stage, config, inputs, p, launch)
-    with store.writing(
-        p.key, stage.name, stage.version, hashable(config), {k: v.key for k, v in inputs.items()}
-    ) as w:
+    with store.writing(prov) as w:
         ctx = StageContext(config=config, inputs=inputs, out_dir=w.path, work_dir=work, label=p.label)
         start = time.monotonic()
         execute(stage, ctx)

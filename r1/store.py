@@ -12,6 +12,7 @@ Layout under the root (``runs/`` by default, ``$R1_STORE`` or the recipe's ``sto
     artifacts/<stage>-<hash>/   finished artifacts (datasets as Arrow, checkpoints as HF folders)
     work/<stage>-<hash>/        an unfinished stage's checkpoints and shards (resume state)
     tmp/                        artifacts being written (renamed into artifacts/ when complete)
+    locks/<stage>-<hash>.lock   held by the one process building that artifact
 
 An fsspec URL (``s3://``, ``gs://``, ...) as the root gives a :class:`RemoteStore`: the object store
 holds the shared artifacts and a local cache of this layout holds the copies stages read and write.
@@ -31,7 +32,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -107,10 +108,46 @@ def canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def artifact_key(stage: str, version: str, config: dict[str, Any], inputs: dict[str, str]) -> str:
-    """``<stage>-<16 hex>``: sha256 over the stage identity, its config and its input keys."""
-    payload = canonical_json({"stage": stage, "version": version, "config": config, "inputs": inputs})
+def artifact_key(
+    stage: str,
+    version: str,
+    config: dict[str, Any],
+    inputs: dict[str, str],
+    external: dict[str, dict[str, Any]] | None = None,
+) -> str:
+    """``<stage>-<16 hex>``: sha256 over the stage identity, its config, its input keys and the
+    content hashes of what it reads from outside the store (``r1.external``; absent when none)."""
+    data: dict[str, Any] = {"stage": stage, "version": version, "config": config, "inputs": inputs}
+    if external:
+        data["external"] = {name: fp.get("sha256") or fp.get("name") for name, fp in external.items()}
+    payload = canonical_json(data)
     return f"{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What an artifact is made of: everything its key covers, recorded in its manifest."""
+
+    stage: str
+    version: str
+    config: dict[str, Any]  # the hashable part of the stage's config
+    inputs: dict[str, str]  # role -> input artifact key
+    external: dict[str, dict[str, Any]] = field(default_factory=dict)  # r1.external fingerprints
+
+    @property
+    def key(self) -> str:
+        return artifact_key(self.stage, self.version, self.config, self.inputs, self.external)
+
+
+def manifest_key(manifest: dict[str, Any]) -> str:
+    """The key a manifest's own contents give: a manifest edited by hand no longer matches."""
+    return artifact_key(
+        manifest["stage"],
+        manifest["version"],
+        manifest["config"],
+        manifest["inputs"],
+        manifest.get("external"),
+    )
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -154,6 +191,17 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
+def _symlink(root: Path) -> str | None:
+    """The first symlink at or under ``root``: an artifact is plain files, so it can point nowhere."""
+    if root.is_symlink():
+        return root.name
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in (*dirnames, *filenames):
+            if Path(dirpath, name).is_symlink():
+                return Path(dirpath, name).relative_to(root).as_posix()
+    return None
+
+
 class Store:
     """Artifacts on a local (or mounted) filesystem; all renames stay within one filesystem."""
 
@@ -164,6 +212,7 @@ class Store:
         self.artifacts = self.root / "artifacts"
         self.work = self.root / "work"
         self.tmp = self.root / "tmp"
+        self.locks = self.root / "locks"
         self._verified: dict[str, tuple] = {}
 
     # -- lookup -----------------------------------------------------------------------------
@@ -203,6 +252,14 @@ class Store:
             return Verification(False, f"unreadable manifest: {e}")
         if manifest.get("key") != key:
             return Verification(False, f"manifest is for {manifest.get('key')!r}")
+        try:
+            if manifest_key(manifest) != key:
+                return Verification(False, "manifest does not match its key (config or inputs edited)")
+        except KeyError as e:
+            return Verification(False, f"unreadable manifest: no {e}")
+        outside = _symlink(root)
+        if outside:
+            return Verification(False, f"symlink in the artifact: {outside}")
         present = {p.relative_to(root).as_posix() for p in _files(root)}
         extra = present - set(listed)
         if extra:
@@ -220,13 +277,36 @@ class Store:
 
     # -- writing ----------------------------------------------------------------------------
     @contextmanager
-    def writing(
-        self, key: str, stage: str, version: str, config: dict, inputs: dict[str, str]
-    ) -> Iterator[_Writer]:
+    def lock(self, key: str, on_wait=None) -> Iterator[None]:
+        """Hold ``key``'s lock: one process at a time builds an artifact, its tmp and work folders.
+
+        A second run of the same stage on this store waits here (``on_wait`` is called first), then
+        finds the first one's artifact. The lock is an ``flock`` the kernel releases when its
+        process dies, so a killed run never leaves it held.
+        """
+        import fcntl
+
+        self.locks.mkdir(parents=True, exist_ok=True)
+        with open(self.locks / f"{key}.lock", "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    @contextmanager
+    def writing(self, prov: Provenance) -> Iterator[_Writer]:
         """Yield a writer over a fresh temporary directory; commit it atomically on success.
 
-        On an exception the temporary directory is removed and nothing becomes visible.
+        On an exception the temporary directory is removed and nothing becomes visible. Callers
+        hold :meth:`lock`, so the stale folders removed here are never another live run's.
         """
+        key = prov.key
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.artifacts.mkdir(parents=True, exist_ok=True)
         for stale in self.tmp.glob(f"{key}.*"):  # left by a killed process
@@ -236,23 +316,22 @@ class Store:
         writer = _Writer(tmp)
         try:
             yield writer
-            self._commit(tmp, key, stage, version, config, inputs, writer.metrics)
+            self._commit(tmp, prov, writer.metrics)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _commit(
-        self, tmp: Path, key: str, stage: str, version: str, config: dict, inputs: dict, metrics: dict
-    ) -> None:
+    def _commit(self, tmp: Path, prov: Provenance, metrics: dict) -> None:
         files = {
             p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
             for p in _files(tmp)
         }
         manifest = {
-            "key": key,
-            "stage": stage,
-            "version": version,
-            "config": config,
-            "inputs": inputs,
+            "key": prov.key,
+            "stage": prov.stage,
+            "version": prov.version,
+            "config": prov.config,
+            "inputs": prov.inputs,
+            **({"external": prov.external} if prov.external else {}),
             "files": files,
             "metrics": metrics,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -265,7 +344,7 @@ class Store:
             f.flush()
             os.fsync(f.fileno())
         part.rename(tmp / MANIFEST)
-        self._install(tmp, key)
+        self._install(tmp, prov.key)
 
     def _install(self, tmp: Path, key: str) -> None:
         """Rename a complete directory (manifest included) into ``artifacts/``: the atomic commit."""
@@ -299,17 +378,32 @@ class Store:
                 continue
         return sorted(out, key=lambda m: m.get("created", ""))
 
+    def exists_root(self) -> bool:
+        """Whether the store's root exists at all (``r1 verify`` on a mistyped path must fail)."""
+        return self.root.is_dir()
+
+    def folders(self) -> list[str]:
+        """Names of every folder under ``artifacts/``, with or without a manifest (for ``r1 verify``)."""
+        return sorted(d.name for d in self.artifacts.iterdir()) if self.artifacts.is_dir() else []
+
     def lineage(self, key: str) -> list[tuple[int, str, str]]:
-        """Depth-first ancestry of an artifact as (depth, role, key) rows, the artifact first."""
+        """Depth-first ancestry of an artifact as (depth, role, key) rows, the artifact first.
+
+        A key already on the current path (a cycle, only possible in an edited manifest) is shown
+        once more, marked, and not walked again.
+        """
         rows: list[tuple[int, str, str]] = []
 
-        def walk(k: str, role: str, depth: int) -> None:
+        def walk(k: str, role: str, depth: int, path: tuple[str, ...]) -> None:
+            if k in path:
+                rows.append((depth, role, f"{k} (cycle)"))
+                return
             rows.append((depth, role, k))
             if self.exists(k):
                 for r, parent in sorted(self.manifest(k).get("inputs", {}).items()):
-                    walk(parent, r, depth + 1)
+                    walk(parent, r, depth + 1, (*path, k))
 
-        walk(key, "", 0)
+        walk(key, "", 0, ())
         return rows
 
 
@@ -373,7 +467,10 @@ class RemoteStore(Store):
     def _check_remote(self, key: str, manifest: bytes) -> Verification:
         """Sizes of the committed folder against its manifest (hashes are checked on download)."""
         try:
-            listed = json.loads(manifest)["files"]
+            parsed = json.loads(manifest)
+            listed = parsed["files"]
+            if manifest_key(parsed) != key:
+                return Verification(False, "manifest does not match its key (config or inputs edited)")
         except (ValueError, KeyError) as e:
             return Verification(False, f"unreadable manifest: {e}")
         blob = self._blob(key, manifest)
@@ -429,6 +526,18 @@ class RemoteStore(Store):
         self._fetch(ref.key, manifest)
         return self.ref(ref.key)
 
+    def folders(self) -> list[str]:
+        """Every key with a folder in the object store, committed or not."""
+        self.fs.invalidate_cache()
+        base = "/".join((self.remote_root.rstrip("/"), "artifacts"))
+        try:
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(base, detail=False))
+        except FileNotFoundError:
+            return []
+
+    def exists_root(self) -> bool:
+        return True  # an object store's prefix exists as soon as something is written under it
+
     def list(self) -> list[dict[str, Any]]:
         """Manifests of all committed artifacts, oldest first."""
         self.fs.invalidate_cache()
@@ -443,13 +552,11 @@ class RemoteStore(Store):
 
     # -- moving artifacts -------------------------------------------------------------------------
     @contextmanager
-    def writing(
-        self, key: str, stage: str, version: str, config: dict, inputs: dict[str, str]
-    ) -> Iterator[_Writer]:
+    def writing(self, prov: Provenance) -> Iterator[_Writer]:
         """Build and commit in the cache as a local store does, then upload the artifact."""
-        with super().writing(key, stage, version, config, inputs) as writer:
+        with super().writing(prov) as writer:
             yield writer
-        self._upload(key)
+        self._upload(prov.key)
 
     def _upload(self, key: str) -> None:
         """Publish the cached artifact: its folder first, the manifest last (the commit)."""

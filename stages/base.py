@@ -15,6 +15,7 @@ from pydantic import Field
 
 from data.microworld import CHINESE_CHARS, ENGLISH_WORDS, SYMBOLS
 from r1.config import Section
+from r1.external import external
 from r1.models import (
     ModelConfig,
     build_llama,
@@ -49,7 +50,8 @@ class PretrainedBase(Section):
 
     kind: Literal["pretrained"] = "pretrained"
     path: str = Field(
-        description="local Hugging Face folder, a hub id when online, or package:<pip package with weights>"
+        description="local Hugging Face folder, a hub id when online, or package:<pip package with weights>",
+        **external(),
     )
     gguf_file: str | None = Field(None, description="a GGUF file inside `path`, dequantized to safetensors")
     eos_token: str | None = Field(

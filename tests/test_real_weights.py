@@ -51,9 +51,10 @@ def test_gsm8k_splits_are_disjoint_and_general_prompts_load(tmp_path):
     (tmp_path / "general.jsonl").write_text(
         "".join(json.dumps({"prompt": f"Tell me about {i}."}) + "\n" for i in range(5))
     )
-    splits = problem_splits(
+    splits, stats = problem_splits(
         GSM8KData(path=str(tmp_path), general_path=str(tmp_path), general_split="general")
     )
+    assert stats["train"] == {"read": 30, "kept": 20, "dropped": {"in_test": 10}}
     train_q = {problems.question_of(r) for r in splits["train"]}
     assert len(train_q) == 20 and not train_q & {problems.question_of(r) for r in splits["test"]}
     assert splits["test"][-1]["answer"] == "58" and splits["train"][-1]["answer"] == "38"

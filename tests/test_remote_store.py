@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from r1.runner import Stage, plan, run_stage, stage_key
+from r1.runner import Stage, plan, provenance, run_stage, stage_key
 from r1.store import MANIFEST, RemoteStore, Store, open_store
 from tests.test_store import STAGE, Cfg
 
@@ -116,8 +116,10 @@ def test_a_corrupt_object_is_caught_before_anything_reads_it(remote_url, tmp_pat
 def test_a_worker_that_loses_the_race_adopts_the_committed_artifact(remote_url, tmp_path):
     a, b = _machine(remote_url, tmp_path, "a"), _machine(remote_url, tmp_path, "b")
     stage = Stage("toy", "1", lambda ctx: (ctx.out_dir / "data.txt").write_text(uuid.uuid4().hex))
-    key = plan(b, stage, Cfg(), {}).key  # b plans a run, then a commits the same key first
-    with b.writing(key, "toy", "1", {"value": 1}, {}) as w:
+    prov = provenance(stage, Cfg(), {})  # b plans a run, then a commits the same key first
+    key = prov.key
+    assert plan(b, stage, Cfg(), {}).key == key
+    with b.writing(prov) as w:
         (w.path / "data.txt").write_text("b's bytes")
         theirs = run_stage(a, stage, Cfg(), {})
     assert theirs.key == key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -113,3 +114,106 @@ def test_store_roots_are_paths_or_file_urls(tmp_path):
     assert Store(f"file://{tmp_path}").root == tmp_path
     with pytest.raises(ValueError, match="open_store"):
         Store("s3://bucket/runs")
+
+
+def test_an_edited_outside_file_gives_a_new_key_and_the_manifest_says_what_was_read(store, tmp_path):
+    from stages import data
+
+    src = tmp_path / "problems"
+    src.mkdir()
+
+    def write(answer: int) -> None:
+        for split in ("train", "test"):
+            rows = [{"question": f"{split} {i}: 2+{i}?", "answer": str(2 + i + answer)} for i in range(4)]
+            (src / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write(0)
+    cfg = data.ProblemsData(path=str(src))
+    first = run_stage(store, data.STAGE, cfg, {})
+    read = store.manifest(first.key)["external"]["path"]
+    assert read["path"] == str(src.resolve()) and read["files"] == 2 and len(read["sha256"]) == 64
+    assert plan(store, data.STAGE, cfg, {}).status == "cached"
+    write(1)  # the user repairs the answers: same path, same sizes, other bytes
+    again = plan(store, data.STAGE, cfg, {})
+    assert again.status == "running" and again.key != first.key
+    assert run_stage(store, data.STAGE, cfg, {}).dataset()["test"][0]["answer"] == "3"
+
+
+def test_symlinks_and_edited_manifests_fail_verification(store, tmp_path):
+    ref = run_stage(store, STAGE, Cfg(), {})
+    outside = tmp_path / "outside.txt"
+    outside.write_text("value=1")
+    target = store.path(ref.key) / "data.txt"
+    target.unlink()
+    target.symlink_to(outside)  # same bytes, but it points out of the store
+    store._verified.clear()
+    assert "symlink" in store.verify(ref.key).reason
+    shutil.rmtree(store.path(ref.key))
+    ref = run_stage(store, STAGE, Cfg(), {})
+    mpath = store.path(ref.key) / MANIFEST
+    m = json.loads(mpath.read_text())
+    m["inputs"] = {"parent": "toy-ffffffffffffffff"}  # an edit that keeps the key field
+    mpath.write_text(json.dumps(m))
+    store._verified.clear()
+    assert "does not match its key" in store.verify(ref.key).reason
+
+
+def test_lineage_survives_a_cycle_in_edited_manifests(store):
+    a = run_stage(store, STAGE, Cfg(value=1), {})
+    b = run_stage(store, Stage("toy2", "1", _write), Cfg(value=2), {"parent": a})
+    mpath = store.path(a.key) / MANIFEST
+    m = json.loads(mpath.read_text())
+    m["inputs"] = {"child": b.key}
+    mpath.write_text(json.dumps(m))
+    rows = store.lineage(b.key)
+    assert rows == [(0, "", b.key), (1, "parent", a.key), (2, "child", f"{b.key} (cycle)")]
+
+
+def test_verify_fails_on_a_missing_store_and_on_folders_without_a_manifest(store):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def verify(root) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "flows.cli", "verify", "--store", str(root)]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    missing = verify(store.root.parent / "no-such-store")
+    assert missing.returncode == 1 and "no artifact store" in missing.stderr
+    ref = run_stage(store, STAGE, Cfg(), {})
+    (store.artifacts / "toy-0123456789abcdef").mkdir()  # a folder that never got its manifest
+    out = verify(store.root)
+    assert out.returncode == 1
+    assert f"ok  {ref.key}" in out.stdout and "BAD toy-0123456789abcdef  (no manifest)" in out.stdout
+
+
+def test_two_runs_of_one_stage_build_it_once_and_neither_fails(store):
+    """Two runs 1 s apart on one store: the clean-up of one removed the other's folders."""
+    import threading
+    import time
+
+    calls = []
+
+    def slow(ctx):
+        calls.append(1)
+        time.sleep(1.0)
+        _write(ctx)
+
+    stage = Stage("toy", "1", slow)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(run_stage(store, stage, Cfg(), {}, announce=False).key)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    threads[0].start()
+    time.sleep(0.2)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2 and results[0] == results[1]
+    assert len(calls) == 1 and store.verify(results[0]).ok
