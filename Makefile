@@ -8,6 +8,7 @@ PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 RECIPE ?=
 ARGS ?=
+SEEDS ?=
 RUN = $(PY) -m flows.cli run
 
 .PHONY: setup r1-zero r1-full distill-data distill test test-fast test-compat lint bench server artifacts clean
@@ -24,16 +25,16 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 r1-zero: setup
-	$(RUN) r1-zero $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+	$(RUN) r1-zero $(if $(RECIPE),--recipe $(RECIPE)) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 r1-full: setup
-	$(RUN) r1-full $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+	$(RUN) r1-full $(if $(RECIPE),--recipe $(RECIPE)) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 distill-data: setup
 	$(RUN) distill-data $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
 
 distill: setup
-	$(RUN) distill $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)
+	$(RUN) distill $(if $(RECIPE),--recipe $(RECIPE)) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 test: setup
 	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(PY) -m pytest -q

@@ -1,6 +1,6 @@
 """``r1``: run flows with recipe overrides, and inspect the artifact store.
 
-r1 run r1-zero [--recipe configs/r1_zero.yaml] [section.key=value ...]
+r1 run r1-zero [--recipe configs/r1_zero.yaml] [--seeds 0,1,2] [section.key=value ...]
 r1 config r1-zero [overrides ...]        print the resolved recipe, run nothing
 r1 artifacts [--store DIR]              list artifacts with their inputs
 r1 lineage KEY [--store DIR]            an artifact's ancestry
@@ -10,6 +10,7 @@ r1 verify [KEY ...] [--store DIR]       re-hash artifacts against their manifest
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 import flows  # noqa: F401  (sets Prefect's telemetry off before anything imports prefect)
@@ -21,10 +22,33 @@ def _run(args: argparse.Namespace) -> int:
     from flows import recipes
     from flows.entry import flow_for
 
+    if not args.verbose:
+        _one_line_run_failures()  # Prefect's console handler exists once prefect is imported
+
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
-    result = flow_for(args.flow)(recipe)
+    if args.seeds:
+        if args.flow == "distill-data":
+            raise ConfigError("--seeds compares trained models; distill-data trains none")
+        from flows.seeds import over_seeds
+
+        result = over_seeds(args.flow, recipe, args.seeds)
+    else:
+        result = flow_for(args.flow)(recipe)
     print(f"{'data' if args.flow == 'distill-data' else 'report'}: {result}", flush=True)
     return 0
+
+
+def _seed_list(text: str) -> list[int]:
+    """``0,1,2`` as ``[0, 1, 2]`` (distinct non-negative integers)."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"seeds must be integers separated by commas, got {text!r}"
+        ) from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"seeds must be distinct non-negative integers, got {text!r}")
+    return seeds
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -61,7 +85,10 @@ def _lineage(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    keys = args.keys or [m["key"] for m in store.list()]
+    if not store.exists_root():
+        print(f"error: no artifact store at {store.location}", file=sys.stderr)
+        return 1
+    keys = args.keys or sorted({m["key"] for m in store.list()} | set(store.folders()))
     bad = 0
     for key in keys:
         v = store.verify(key, deep=True)
@@ -79,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_)
         s.add_argument("flow", help="r1-zero | r1-full | distill-data | distill")
         s.add_argument("--recipe", help="recipe YAML (default: configs/<flow>.yaml)")
+        s.add_argument("--verbose", action="store_true", help="full tracebacks, Prefect's logs included")
+        s.add_argument(
+            "--seeds", type=_seed_list, help="run once per seed (e.g. 0,1,2) and report mean and spread"
+        )
         s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. r1_zero.learning_rate=1e-4")
         s.set_defaults(fn=fn)
     s = sub.add_parser("artifacts", help="list artifacts")
@@ -104,14 +135,57 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    verbose = getattr(args, "verbose", False)
     try:
         return args.fn(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    except Exception as e:  # a failed stage: one report, our frames only unless --verbose
+        print(failure_report(e, verbose), file=sys.stderr, end="")
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+class _NoTraceback(logging.Filter):
+    """Keep Prefect's one-line task/flow failure messages on the console, drop their tracebacks.
+
+    Prefect's API handler sits on the run loggers themselves and sees the record first, so the
+    UI keeps the whole traceback; the console shows it once, from :func:`main`.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(("prefect.task_runs", "prefect.flow_runs")):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _one_line_run_failures() -> None:
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _NoTraceback) for f in handler.filters):
+            handler.addFilter(_NoTraceback())
+
+
+def failure_report(exc: BaseException, verbose: bool = False) -> str:
+    """The traceback of ``exc`` and its causes, without Prefect's and the libraries' frames.
+
+    What a user needs is where the project's code (or their reward) failed; ``--verbose`` keeps
+    every frame. Finished stages stay finished: the message says how to resume.
+    """
+    import traceback
+
+    lines = traceback.format_exception(exc)  # one string per frame
+    if not verbose:
+        site = ("site-packages", "/lib/python3")
+        lines = [
+            ln
+            for ln in lines
+            if not (ln.lstrip().startswith('File "') and any(s in ln.split('"')[1] for s in site))
+        ]
+    return "".join(lines) + "(finished stages are kept: run the same command again to resume)\n"
 
 
 if __name__ == "__main__":

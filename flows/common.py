@@ -16,8 +16,34 @@ from prefect.cache_policies import CachePolicy
 from pydantic import BaseModel, Field
 
 from r1.config import Section
+from r1.lifetime import supervised
 from r1.runner import Stage, plan, run_stage
 from r1.store import ArtifactRef, Store, open_store, store_identity
+
+
+def _supervise_prefect_server() -> None:
+    """Make Prefect's ephemeral API server stop when the run that started it is killed.
+
+    Prefect starts it with ``subprocess.Popen`` and stops it at exit; a SIGKILLed run never
+    exits, and the server (about 200 MB) ran on. Its module gets a ``subprocess`` whose
+    ``Popen`` wraps the command in :func:`r1.lifetime.supervised`; nothing else changes.
+    """
+    import subprocess
+    import types
+
+    from prefect.server.api import server as prefect_server
+
+    if getattr(prefect_server.subprocess, "r1_supervised", False):
+        return
+    shim = types.SimpleNamespace(
+        **{k: getattr(subprocess, k) for k in dir(subprocess) if not k.startswith("__")}
+    )
+    shim.Popen = lambda args, **kwargs: subprocess.Popen(supervised(list(args)), **kwargs)
+    shim.r1_supervised = True
+    prefect_server.subprocess = shim
+
+
+_supervise_prefect_server()
 
 
 class Runtime(Section):
@@ -97,11 +123,14 @@ def publish_report(store: Store, name: str, report: ArtifactRef) -> str:
 
     report = store.materialize(report)
     link = store.root / "reports" / name
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(link.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(Path(report.path).resolve(), target_is_directory=True)
-    tmp.replace(link)
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f"{link.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(Path(report.path).resolve(), target_is_directory=True)
+        tmp.replace(link)
+    except OSError as e:  # a read-only store still has its report, only not the convenience link
+        print(f"[report] could not link {link} ({e.strerror}); the report is at {report.path}", flush=True)
     md = Path(report.path, "report.md").read_text(encoding="utf-8")
     create_markdown_artifact(md, key=_artifact_key(name), description=f"{name} report ({report.key})")
     return str(Path(report.path, "report.json"))

@@ -6,7 +6,7 @@ cleanly. The ranks only run the stage function: every rank trains, the main rank
 The parent streams the launcher's log and, on failure, raises with its tail.
 
     python -m r1.launch <spec.json>     # what each rank runs (written by :func:`launch_stage`)
-    python -m r1.launch --with-parent PID accelerate...   # how the launcher is started
+    python -m r1.lifetime --with-parent PID accelerate...   # how the launcher is started
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def launch_stage(stage, ctx, launch: LaunchConfig) -> None:
     # A new session, so that stopping this stage stops every rank the launcher started; and the
     # launcher dies with this process, so a killed run leaves no ranks training behind it.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "r1.launch", "--with-parent", str(os.getpid()), *cmd],
+        [sys.executable, "-m", "r1.lifetime", "--with-parent", str(os.getpid()), *cmd],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -214,28 +214,6 @@ def run_rank(spec_path: Path) -> None:
         tmp.replace(Path(spec["work_dir"], METRICS_FILE))
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Have the kernel send ``sig`` to this process when its parent dies (Linux; elsewhere a no-op).
-
-    A SIGKILLed parent cannot stop its children: without this, the launcher and its ranks would
-    go on training into a work directory that the rerun is about to resume from.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig)
-
-
-def _exec_with_parent(parent: int, cmd: list[str]) -> None:
-    """Become ``cmd``, to be signalled when ``parent`` dies (the setting survives exec)."""
-    die_with_parent()
-    if os.getppid() != parent:  # it died before the line above
-        sys.exit(f"r1.launch: parent {parent} is gone")
-    os.execv(cmd[0], cmd)
-
-
 def stage_launch(config) -> LaunchConfig | None:
     """The stage config's launch section when it asks for a launcher, else None (run in-process)."""
     launch = getattr(config, "launch", None)
@@ -243,10 +221,10 @@ def stage_launch(config) -> LaunchConfig | None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 3 and sys.argv[1] == "--with-parent":
-        _exec_with_parent(int(sys.argv[2]), sys.argv[3:])
+    from r1.lifetime import die_with_parent
+
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m r1.launch <spec.json> | --with-parent PID COMMAND...")
+        sys.exit("usage: python -m r1.launch <spec.json>")
     die_with_parent()  # the launcher's agent is this rank's parent
     run_rank(Path(sys.argv[1]))
     import torch.distributed as dist

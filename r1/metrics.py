@@ -7,6 +7,7 @@ outputs rarely mix).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -52,22 +53,35 @@ def score_problem(
     }
 
 
+def standard_error(values: Sequence[float]) -> float:
+    """Standard error of the mean of per-problem values: ``sqrt(var / n)``.
+
+    For a 0/1 value per problem (greedy accuracy, pass@k) this is the binomial standard error
+    ``sqrt(p (1 - p) / n)``. Rates over k samples are averaged per problem first, since samples
+    of one problem are not independent.
+    """
+    n = len(values)
+    if n == 0:
+        return 0.0
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / n / n)
+
+
 def aggregate(records: Sequence[dict]) -> dict[str, float]:
-    """Dataset-level metrics from per-problem records (all means over problems or samples)."""
-
-    def flat(key: str) -> list:
-        return [v for r in records for v in r[key]]
-
-    return {
-        "accuracy": mean(r["greedy_correct"] for r in records),
-        "greedy_format_rate": mean(r["greedy_format"] for r in records),
-        "pass@1": mean(mean(r["sample_correct"]) for r in records),
-        "pass@k": mean(any(r["sample_correct"]) for r in records),
-        "maj@k": mean(r["maj_correct"] for r in records),
-        "format_rate": mean(flat("sample_format")),
-        "mean_length": mean(flat("sample_tokens")),
-        "lang_consistency": mean(flat("sample_single_language")),
-        "self_check_rate": mean(flat("sample_self_check")),
-        "k": len(records[0]["samples"]) if records else 0,
-        "n_problems": len(records),
+    """Dataset-level metrics from per-problem records, with each one's standard error in ``se``."""
+    per_problem = {
+        "accuracy": [float(r["greedy_correct"]) for r in records],
+        "greedy_format_rate": [float(r["greedy_format"]) for r in records],
+        "pass@1": [mean(r["sample_correct"]) for r in records],
+        "pass@k": [float(any(r["sample_correct"])) for r in records],
+        "maj@k": [float(r["maj_correct"]) for r in records],
+        "format_rate": [mean(r["sample_format"]) for r in records],
+        "mean_length": [mean(r["sample_tokens"]) for r in records],
+        "lang_consistency": [mean(r["sample_single_language"]) for r in records],
+        "self_check_rate": [mean(r["sample_self_check"]) for r in records],
     }
+    out: dict = {name: mean(values) for name, values in per_problem.items()}
+    out["se"] = {name: standard_error(values) for name, values in per_problem.items()}
+    out["k"] = len(records[0]["samples"]) if records else 0
+    out["n_problems"] = len(records)
+    return out

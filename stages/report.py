@@ -52,11 +52,21 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def markdown_table(stages: dict[str, dict]) -> str:
+def _cell(m: dict, key: str, spread: dict | None = None) -> str:
+    """A value with its uncertainty: ``± sd`` over seeds, else ``± se`` of this one evaluation."""
+    if key not in m:
+        return ""
+    if spread and key in spread and spread[key].get("sd") is not None:
+        return f"{_fmt(m[key])} ± {_fmt(spread[key]['sd'])}"
+    se = (m.get("se") or {}).get(key)
+    return f"{_fmt(m[key])} ± {_fmt(se)}" if se is not None else _fmt(m[key])
+
+
+def markdown_table(stages: dict[str, dict], spread: dict[str, dict] | None = None) -> str:
     head = "| stage | " + " | ".join(title for _, title in COLUMNS) + " |"
     rule = "|---" * (len(COLUMNS) + 1) + "|"
     rows = [
-        f"| {name} | " + " | ".join(_fmt(m.get(k, "")) for k, _ in COLUMNS) + " |"
+        f"| {name} | " + " | ".join(_cell(m, k, (spread or {}).get(name)) for k, _ in COLUMNS) + " |"
         for name, m in stages.items()
     ]
     return "\n".join([head, rule, *rows])
@@ -133,7 +143,17 @@ def build_report(ctx: StageContext) -> None:
     report = {"title": cfg.title, "stages": stages, "training": training, **extra}
     (ctx.out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
     plotted = plot_curves(curves, ctx.out_dir / "grpo_curves.png")
-    md = [f"# {cfg.title}", "", markdown_table(stages), ""]
+    k = next((m.get("k") for m in stages.values() if m.get("k")), None)
+    n = next((m.get("n_problems") for m in stages.values() if m.get("n_problems")), None)
+    md = [f"# {cfg.title}", ""]
+    if k:
+        md += [
+            f"One run. {n} held-out problems; pass@1, pass@k, maj@k and the sampled rates from k = {k} "
+            "samples per problem; ± is the standard error over problems (binomial for 0/1 rates). "
+            "Other seeds and other CPUs give other draws: `--seeds 0,1,2` measures the spread.",
+            "",
+        ]
+    md += [markdown_table(stages), ""]
     if training:
         md += ["| training stage | steps | wall seconds |", "|---|---|---|"]
         md += [f"| {n} | {t.get('steps', '')} | {_wall(t)} |" for n, t in training.items()]
@@ -145,4 +165,97 @@ def build_report(ctx: StageContext) -> None:
     (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
 
 
-STAGE = Stage(name="report", version="1", fn=build_report)
+STAGE = Stage(name="report", version="2", fn=build_report)
+
+# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then the normal's 1.96).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145)
+_T975 += (2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048)
+_T975 += (2.045, 2.042)
+
+
+def spread_of(values: list[float]) -> dict[str, Any]:
+    """Sample standard deviation and the 95 % t-interval of the mean of ``values`` (one per seed)."""
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return {"sd": None, "ci95": None, "n": n}
+    sd = (sum((v - m) ** 2 for v in values) / (n - 1)) ** 0.5
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / n**0.5
+    return {"sd": sd, "ci95": [m - half, m + half], "n": n}
+
+
+def _numeric(d: dict) -> dict[str, float]:
+    skip = {"k", "n_problems"}
+    return {
+        k: float(v)
+        for k, v in d.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and k not in skip
+    }
+
+
+def summarize_seeds(reports: dict[int, dict], part: str) -> tuple[dict, dict, dict]:
+    """Means, spreads and per-seed values of every number in ``report[part][<name>]``."""
+    names = list(dict.fromkeys(n for r in reports.values() for n in r.get(part, {})))
+    means: dict[str, dict] = {}
+    spread: dict[str, dict] = {}
+    per_seed: dict[str, dict] = {}
+    for name in names:
+        rows = {seed: _numeric(r[part][name]) for seed, r in reports.items() if name in r.get(part, {})}
+        metrics = list(dict.fromkeys(m for row in rows.values() for m in row))
+        for metric in metrics:
+            values = [row[metric] for row in rows.values() if metric in row]
+            means.setdefault(name, {})[metric] = sum(values) / len(values)
+            spread.setdefault(name, {})[metric] = spread_of(values)
+            per_seed.setdefault(name, {})[metric] = [row.get(metric) for row in rows.values()]
+    return means, spread, per_seed
+
+
+class SeedsReportConfig(Section):
+    title: str = "r1-pipeline report over seeds"
+    seeds: list[int] = Field(min_length=1, description="one report input per seed, as seed<N>")
+
+
+def build_seeds_report(ctx: StageContext) -> None:
+    """One table over several seeds' reports: mean, sd and 95 % interval of every figure."""
+    cfg: SeedsReportConfig = ctx.config
+    reports = {
+        seed: json.loads(ctx.inputs[f"seed{seed}"].file("report.json").read_text(encoding="utf-8"))
+        for seed in cfg.seeds
+    }
+    stages, spread, per_seed = summarize_seeds(reports, "stages")
+    training, training_spread, _ = summarize_seeds(reports, "training")
+    out = {
+        "title": cfg.title,
+        "seeds": cfg.seeds,
+        "stages": stages,
+        "spread": spread,
+        "per_seed": per_seed,
+        "training": training,
+        "training_spread": training_spread,
+        "reports": {str(seed): ctx.inputs[f"seed{seed}"].key for seed in cfg.seeds},
+    }
+    (ctx.out_dir / "report.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+    md = [
+        f"# {cfg.title}",
+        "",
+        f"Mean ± sample standard deviation over {len(cfg.seeds)} seeds ({', '.join(map(str, cfg.seeds))}); "
+        "`report.json` holds each figure's 95 % t-interval (`spread`) and the per-seed values.",
+        "",
+        markdown_table(stages, spread),
+        "",
+    ]
+    if training:
+        md += ["| training stage | wall seconds |", "|---|---|"]
+        for name, t in training.items():
+            sd = training_spread[name].get("wall_seconds", {}).get("sd")
+            md += [
+                f"| {name} | {t.get('wall_seconds', 0):.0f}"
+                + (f" ± {sd:.0f}" if sd is not None else "")
+                + " |"
+            ]
+        md += [""]
+    md += ["Per-seed reports: " + ", ".join(f"seed {s}: `{k}`" for s, k in out["reports"].items()), ""]
+    (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
+
+
+SEEDS = Stage(name="seeds_report", version="1", fn=build_seeds_report)

@@ -288,3 +288,27 @@ def test_a_process_work_pool_runs_the_deployed_recipe(tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
+
+
+def test_seeds_run_once_each_share_the_data_and_report_the_spread(tmp_path):
+    out = subprocess.run(
+        [*_cli(tmp_path), "--seeds", "0,1", "grpo.max_steps=2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("[data] running") == 1 and out.stdout.count("[data] cached") == 1
+    assert out.stdout.count("[base] running") == 2  # the seed changes the model's initialisation
+    report = json.loads(Path(out.stdout.split("report: ")[1].split()[0]).read_text())
+    assert report["seeds"] == [0, 1] and set(report["stages"]) == {"base", "r1_zero"}
+    spread = report["spread"]["r1_zero"]["pass@1"]
+    assert (
+        spread["n"] == 2 and spread["sd"] >= 0 and spread["ci95"][0] <= report["stages"]["r1_zero"]["pass@1"]
+    )
+    per_seed = report["per_seed"]["base"]["mean_length"]
+    assert report["stages"]["base"]["mean_length"] == pytest.approx(sum(per_seed) / 2)
+    single = json.loads((tmp_path / "reports" / "r1-zero-tiny-seed1" / "report.json").read_text())
+    assert 0 <= single["stages"]["base"]["se"]["accuracy"] <= 0.5
+    assert "standard error" in (tmp_path / "reports" / "r1-zero-tiny-seed1" / "report.md").read_text()

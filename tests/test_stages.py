@@ -108,3 +108,15 @@ def test_evaluate_measures_and_report_tabulates(tiny_world, tmp_path):
     data = json.loads(rep.file("report.json").read_text())
     assert data["stages"]["base"]["accuracy"] == m["accuracy"]
     assert "| base |" in rep.file("report.md").read_text()
+
+
+def test_standard_errors_and_seed_spread_against_hand_computed_values():
+    from r1.metrics import standard_error
+    from stages.report import spread_of
+
+    assert standard_error([1, 0, 1, 1]) == pytest.approx((0.75 * 0.25 / 4) ** 0.5)  # binomial
+    assert standard_error([0.5, 0.5]) == 0
+    s = spread_of([0.5, 0.6, 0.7])
+    assert s["n"] == 3 and s["sd"] == pytest.approx(0.1)
+    assert s["ci95"] == pytest.approx([0.6 - 4.303 * 0.1 / 3**0.5, 0.6 + 4.303 * 0.1 / 3**0.5])
+    assert spread_of([0.4]) == {"sd": None, "ci95": None, "n": 1}
