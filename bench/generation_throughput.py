@@ -34,7 +34,7 @@ def main() -> None:
     import torch
     from datasets import load_from_disk
 
-    from flows.common import apply_runtime, store_for
+    from flows.common import Stages, apply_runtime, store_for
     from flows.r1_full import r1_pipeline
     from flows.recipes import load
     from r1.generation import SamplingConfig, TransformersBackend, render_prompt
@@ -47,7 +47,7 @@ def main() -> None:
 
     store = store_for(recipe.store)
     task_data = run_stage(store, data.STAGE, recipe.data, {}, "data")
-    model_dir = args.model or r1_pipeline(store, recipe)["final_grpo"].path
+    model_dir = args.model or r1_pipeline(Stages(store, recipe))["final_grpo"].path
     model, tok = load_model(model_dir), load_tokenizer(model_dir)
     prompts = list(load_from_disk(task_data.path)["test"]["prompt"][: args.prompts])
     backend = TransformersBackend(model, tok, batch_size=args.batch_size)

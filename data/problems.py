@@ -14,7 +14,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+from datasets import Dataset
+from pydantic import Field
+
 from r1.answers import last_boxed
+from r1.config import Section, new_option, read_utf8
+from r1.external import external
 
 R1_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -128,9 +133,7 @@ def _jsonl(path: Path) -> Iterable[dict]:
 
 def _json(path: Path) -> list[dict]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise MalformedRowError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        data = json.loads(read_utf8(path, MalformedRowError))
     except json.JSONDecodeError as e:
         raise MalformedRowError(f"{path}: not JSON ({e})") from e
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
@@ -239,3 +242,117 @@ def preference_rows(
         if limit is not None and len(rows) >= limit:
             break
     return rows
+
+
+# -- problem sets as a task world's data (the data stage's config and splits) --------------------
+
+
+class ProblemsData(Section):
+    """Question/answer problems from local files or the hub (your own data set, or a preset below)."""
+
+    kind: Literal["problems"] = "problems"
+    path: str = Field(
+        description="folder with <split>.jsonl/.json/.parquet, an Arrow folder, or a hub id", **external()
+    )
+    train_split: str = "train"
+    test_split: str = "test"
+    question_key: str = "question"
+    answer_key: str = "answer"
+    answer_format: AnswerFormat = Field(
+        "plain", description="gsm8k: after ####; boxed: last \\boxed{} (MATH); plain: as is"
+    )
+    n_train: int | None = Field(None, gt=0)
+    n_test: int | None = Field(None, gt=0)
+    general_path: str | None = Field(
+        None,
+        description="general prompts (no reference answer) for R1's final RL stage: file or hub id",
+        **external(),
+    )
+    general_split: str = "train"
+    general_key: str = "prompt"
+    n_general: int | None = Field(2000, gt=0)
+    max_prompt_chars: int = Field(
+        8192, gt=0, description="drop (and count) problems whose question is longer", **new_option()
+    )
+
+
+class GSM8KData(ProblemsData):
+    """GSM8K (MIT): local JSONL (``../shared/data/gsm8k`` here) or the hub id ``openai/gsm8k:main``."""
+
+    kind: Literal["gsm8k"] = "gsm8k"
+    path: str = Field("../shared/data/gsm8k", **external())
+    answer_format: AnswerFormat = "gsm8k"
+
+
+class MATHData(ProblemsData):
+    """MATH (Hendrycks et al.): problem / solution with the answer in the last \\boxed{}."""
+
+    kind: Literal["math"] = "math"
+    path: str = Field("DigitalLearningGmbH/MATH-lighteval", **external())
+    question_key: str = "problem"
+    answer_key: str = "solution"
+    answer_format: AnswerFormat = "boxed"
+
+
+class ReasoningGymData(Section):
+    """A reasoning-gym task generated offline (e.g. ``gsm_symbolic``: GSM8K-style templates)."""
+
+    kind: Literal["reasoning_gym"] = "reasoning_gym"
+    task: str = "gsm_symbolic"
+    n_train: int = Field(256, gt=0)
+    n_test: int = Field(64, gt=0)
+    seed: int = 0
+    max_prompt_chars: int = Field(
+        8192, gt=0, description="drop (and count) problems whose question is longer", **new_option()
+    )
+
+
+def problem_splits(cfg: ProblemsData | ReasoningGymData) -> tuple[dict[str, Dataset], dict[str, dict]]:
+    """Train and test splits of a real problem set, and what was read and dropped per split.
+
+    Malformed records raise (naming the file and row); well-formed but unusable ones are dropped
+    and counted (:func:`clean_rows`): duplicates, over-long prompts, training
+    questions that are test questions. A split left empty is an error, not an empty artifact.
+    """
+    if isinstance(cfg, ReasoningGymData):
+        where = {s: f"reasoning-gym:{cfg.task}[{s}]" for s in ("train", "test")}
+        raw_test = reasoning_gym_rows(cfg.task, cfg.n_test, seed=cfg.seed + 1)
+        exclude = {question_of(r) for r in raw_test}
+        raw_train = reasoning_gym_rows(cfg.task, cfg.n_train, seed=cfg.seed, exclude=exclude)
+    else:
+        where = {"train": f"{cfg.path}[{cfg.train_split}]", "test": f"{cfg.path}[{cfg.test_split}]"}
+
+        def load(split: str) -> list[dict]:
+            raw = read_records(cfg.path, split)
+            return problem_rows(
+                raw, f"{cfg.path}[{split}]", cfg.question_key, cfg.answer_key, cfg.answer_format
+            )
+
+        raw_test, raw_train = load(cfg.test_split), load(cfg.train_split)
+    test, test_dropped = clean_rows(raw_test, cfg.max_prompt_chars)
+    test = test[: cfg.n_test]
+    held_out = {question_of(r) for r in test}
+    train, train_dropped = clean_rows(raw_train, cfg.max_prompt_chars, held_out)
+    train = train[: cfg.n_train]
+    stats = {
+        "train": {"read": len(raw_train), "kept": len(train), "dropped": dict(train_dropped)},
+        "test": {"read": len(raw_test), "kept": len(test), "dropped": dict(test_dropped)},
+    }
+    for name, rows in (("train", train), ("test", test)):
+        if not rows:
+            raise MalformedRowError(
+                f"{where[name]}: no usable problems in the {name} split (read {stats[name]['read']}, "
+                f"dropped {stats[name]['dropped'] or 'none'})"
+            )
+    splits = {"train": Dataset.from_list(train), "test": Dataset.from_list(test)}
+    if getattr(cfg, "general_path", None):
+        raw = read_records(cfg.general_path, cfg.general_split)
+        source = f"{cfg.general_path}[{cfg.general_split}]"
+        rows = general_rows(raw, source, cfg.general_key, None)
+        general, dropped = clean_rows(rows, cfg.max_prompt_chars)
+        general = general[: cfg.n_general]
+        if not general:
+            raise MalformedRowError(f"{source}: no usable general prompts (read {len(rows)})")
+        splits["general"] = Dataset.from_list(general)
+        stats["general"] = {"read": len(rows), "kept": len(general), "dropped": dict(dropped)}
+    return splits, stats

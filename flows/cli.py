@@ -2,6 +2,7 @@
 
 r1 run r1-zero [--recipe configs/r1_zero.yaml] [--seeds 0,1,2] [section.key=value ...]
 r1 config r1-zero [overrides ...]        print the resolved recipe, run nothing
+r1 recipes                              the flows and their default recipes
 r1 artifacts [--store DIR]              list artifacts with their inputs
 r1 lineage KEY [--store DIR]            an artifact's ancestry
 r1 verify [KEY ...] [--store DIR]       re-hash artifacts against their manifests
@@ -20,21 +21,32 @@ from r1.store import open_store
 
 def _run(args: argparse.Namespace) -> int:
     from flows import recipes
-    from flows.entry import flow_for
+    from flows.registry import flow_spec
 
     if not args.verbose:
         _one_line_run_failures()  # Prefect's console handler exists once prefect is imported
 
+    spec = flow_spec(args.flow)
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
     if args.seeds:
-        if args.flow == "distill-data":
-            raise ConfigError("--seeds compares trained models; distill-data trains none")
+        if not spec.trains:
+            raise ConfigError(f"--seeds compares trained models; {spec.name} trains none")
         from flows.seeds import over_seeds
 
         result = over_seeds(args.flow, recipe, args.seeds)
     else:
-        result = flow_for(args.flow)(recipe)
-    print(f"{'data' if args.flow == 'distill-data' else 'report'}: {result}", flush=True)
+        result = spec.flow()(recipe)
+    print(f"{spec.returns}: {result}", flush=True)
+    return 0
+
+
+def _recipes(args: argparse.Namespace) -> int:
+    from flows.registry import CONFIGS, FLOWS
+
+    width = max(len(name) for name in FLOWS)
+    for spec in FLOWS.values():
+        path = spec.default_recipe.relative_to(CONFIGS.parent)
+        print(f"{spec.name:<{width}}  {path}  {spec.description}")
     return 0
 
 
@@ -102,9 +114,11 @@ def parser() -> argparse.ArgumentParser:
         prog="r1", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="command", required=True)
+    from flows.registry import FLOWS
+
     for name, fn, help_ in (("run", _run, "run a flow"), ("config", _config, "print the resolved recipe")):
         s = sub.add_parser(name, help=help_)
-        s.add_argument("flow", help="r1-zero | r1-full | distill-data | distill")
+        s.add_argument("flow", help=" | ".join(FLOWS))
         s.add_argument("--recipe", help="recipe YAML (default: configs/<flow>.yaml)")
         s.add_argument("--verbose", action="store_true", help="full tracebacks, Prefect's logs included")
         s.add_argument(
@@ -112,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
         )
         s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. r1_zero.learning_rate=1e-4")
         s.set_defaults(fn=fn)
+    s = sub.add_parser("recipes", help="the flows, their default recipes and what they do")
+    s.set_defaults(fn=_recipes)
     s = sub.add_parser("artifacts", help="list artifacts")
     s.add_argument("--store")
     s.set_defaults(fn=_artifacts)

@@ -17,8 +17,9 @@ from pydantic import BaseModel, Field
 
 from r1.config import Section
 from r1.lifetime import supervised
-from r1.runner import Stage, plan, run_stage
-from r1.store import ArtifactRef, Store, open_store, store_identity
+from r1.runner import Plan, plan, run_stage
+from r1.stage import Stage
+from r1.store import ArtifactRef, RemoteStore, Store, open_store, store_identity
 
 
 def _supervise_prefect_server() -> None:
@@ -73,8 +74,16 @@ def _task_for(stage: Stage):
     """One Prefect task per kind of stage, versioned by the stage version."""
     if stage.name not in _TASKS:
 
-        def body(key: str, store_root: str, config: BaseModel, inputs: dict[str, ArtifactRef], label: str):
-            ref = run_stage(open_store(store_root), stage, config, inputs, label=label, announce=False)
+        def body(
+            key: str,
+            store_root: str,
+            config: BaseModel,
+            inputs: dict[str, ArtifactRef],
+            label: str,
+            planned: Plan,
+        ):
+            store = open_store(store_root)
+            ref = run_stage(store, stage, config, inputs, label=label, announce=False, planned=planned)
             assert ref.key == key, f"stage {label} produced {ref.key}, planned {key}"
             return ref
 
@@ -90,16 +99,56 @@ def _task_for(stage: Stage):
 
 
 def stage_task(
-    store: Store, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], label: str
+    store: Store | RemoteStore, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], label: str
 ) -> ArtifactRef:
-    """Run ``stage`` as a Prefect task (or take its verified cache hit); print its status line."""
+    """Run ``stage`` as a Prefect task (or take its verified cache hit); print its status line.
+
+    The stage is planned once, here: the plan decides whether Prefect may use its cached result,
+    and the task takes it along instead of planning again.
+    """
     p = plan(store, stage, config, inputs, label)
     print(p.line(), flush=True)
     t = _task_for(stage).with_options(task_run_name=label, refresh_cache=p.status != "cached")
-    ref = t(key=p.key, store_root=store.location, config=config, inputs=inputs, label=label)
+    ref = t(key=p.key, store_root=store.location, config=config, inputs=inputs, label=label, planned=p)
     # A cached Prefect result holds the path of the process that made it (for a remote store, in
     # that machine's cache): name the artifact by where it lives for this process.
     return store.ref(ref.key)
+
+
+class Stages:
+    """The stages of one flow run, bound to its store and recipe, so a flow reads like the recipe::
+
+        run = Stages(store, recipe)
+        sft_model = run(sft.STAGE, "cold_start_sft", model=base, data=cold_data)
+        report = run(report.STAGE, cfg, label="report", **inputs)
+
+    A section is named by its dotted path in the recipe (the label defaults to it with ``_`` for
+    ``.``); a config the flow builds itself is passed as is, with its label.
+    """
+
+    def __init__(self, store: Store | RemoteStore, recipe: BaseModel) -> None:
+        self.store = store
+        self.recipe = recipe
+
+    def __call__(
+        self, stage: Stage, section: str | BaseModel, label: str | None = None, **inputs: ArtifactRef
+    ) -> ArtifactRef:
+        if isinstance(section, str):
+            config = self.recipe
+            for part in section.split("."):
+                config = getattr(config, part)
+            label = label or section.replace(".", "_")
+        else:
+            config = section
+            if label is None:
+                raise ValueError(f"a {type(section).__name__} given as is needs a label")
+        return stage_task(self.store, stage, config, inputs, label)
+
+
+def start(recipe: BaseModel) -> Stages:
+    """What every flow does first: apply the recipe's runtime, open its store, bind the stages."""
+    apply_runtime(recipe.runtime)
+    return Stages(store_for(recipe.store), recipe)
 
 
 def apply_runtime(runtime: Runtime) -> None:
@@ -112,12 +161,12 @@ def apply_runtime(runtime: Runtime) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
 
 
-def store_for(recipe_store: str | None) -> Store:
+def store_for(recipe_store: str | None) -> Store | RemoteStore:
     """The recipe's store (a path or an fsspec URL), else ``$R1_STORE``, else ``runs/`` in the project."""
     return open_store(recipe_store)
 
 
-def publish_report(store: Store, name: str, report: ArtifactRef) -> str:
+def publish_report(store: Store | RemoteStore, name: str, report: ArtifactRef) -> str:
     """Point ``<store>/reports/<name>`` at the report artifact, show it in Prefect's UI, return report.json."""
     from prefect.artifacts import create_markdown_artifact
 

@@ -13,85 +13,78 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.common import apply_runtime, publish_report, stage_task, store_for
+from flows.common import Stages, publish_report, start
 from flows.r1_full import r1_pipeline
 from flows.r1_zero import evaluate_models
 from flows.recipes import DistillRecipe
-from r1.store import ArtifactRef, Store
+from r1.store import ArtifactRef
 from stages import base, curate, data, grpo, report, sample, sft
 from stages.base import PretrainedBase
 
 ORDER = ("teacher", "student_base", "student_distilled", "student_rl")
 
 
-def teacher_model(store: Store, recipe: DistillRecipe, task_data: ArtifactRef) -> ArtifactRef:
+def teacher_model(run: Stages, task_data: ArtifactRef) -> ArtifactRef:
     """The teacher checkpoint as an artifact, from the pipeline, the store or a folder."""
-    t = recipe.distill.teacher
+    t = run.recipe.distill.teacher
     if t.source == "pipeline":
-        return r1_pipeline(store, recipe)["final_grpo"]
+        return r1_pipeline(run)["final_grpo"]
     if t.source == "artifact":
-        check = store.verify(t.artifact)
+        check = run.store.verify(t.artifact)
         if not check.ok:
-            raise FileNotFoundError(f"teacher artifact {t.artifact!r} in {store.location}: {check.reason}")
-        return store.ref(t.artifact)
-    return stage_task(store, base.STAGE, PretrainedBase(path=t.path), {"data": task_data}, "teacher")
+            raise FileNotFoundError(
+                f"teacher artifact {t.artifact!r} in {run.store.location}: {check.reason}"
+            )
+        return run.store.ref(t.artifact)
+    return run(base.STAGE, PretrainedBase(path=t.path), label="teacher", data=task_data)
 
 
-def distill_set(store: Store, recipe: DistillRecipe) -> dict[str, ArtifactRef]:
+def distill_set(run: Stages) -> dict[str, ArtifactRef]:
     """Teacher, its traces and the curated distillation set."""
-    task_data = stage_task(store, data.STAGE, recipe.data, {}, "data")
-    teacher = teacher_model(store, recipe, task_data)
-    traces = stage_task(
-        store, sample.STAGE, recipe.distill.samples, {"model": teacher, "data": task_data}, "teacher_traces"
-    )
-    curated = stage_task(
-        store, curate.STAGE, recipe.distill.data, {"samples": traces, "data": task_data}, "distill_data"
-    )
+    task_data = run(data.STAGE, "data")
+    teacher = teacher_model(run, task_data)
+    traces = run(sample.STAGE, "distill.samples", label="teacher_traces", model=teacher, data=task_data)
+    curated = run(curate.STAGE, "distill.data", samples=traces, data=task_data)
     return {"data": task_data, "teacher": teacher, "traces": traces, "distill_data": curated}
 
 
 @flow(name="distill-data", log_prints=False)
 def distill_data(recipe: DistillRecipe) -> str:
     """Generate and filter the distillation set; return the path of its data card."""
-    apply_runtime(recipe.runtime)
-    store = store_for(recipe.store)
-    refs = distill_set(store, recipe)
-    return str(Path(store.materialize(refs["distill_data"]).path, "README.md"))
+    run = start(recipe)
+    refs = distill_set(run)
+    return str(Path(run.store.materialize(refs["distill_data"]).path, "README.md"))
 
 
 @flow(name="distill", log_prints=False)
 def distill(recipe: DistillRecipe) -> str:
     """The whole comparison: distilled student against the RL student; return report.json's path."""
-    apply_runtime(recipe.runtime)
-    store = store_for(recipe.store)
-    refs = distill_set(store, recipe)
+    run = start(recipe)
+    refs = distill_set(run)
     task_data = refs["data"]
-    student = stage_task(store, base.STAGE, recipe.student_base, {"data": task_data}, "student_base")
-    distilled = stage_task(
-        store,
-        sft.STAGE,
-        recipe.student_sft,
-        {"model": student, "data": refs["distill_data"]},
-        "student_distilled",
+    student = run(base.STAGE, "student_base", data=task_data)
+    distilled = run(
+        sft.STAGE, "student_sft", label="student_distilled", model=student, data=refs["distill_data"]
     )
-    rl = stage_task(store, grpo.STAGE, recipe.student_rl, {"model": student, "data": task_data}, "student_rl")
+    rl = run(grpo.STAGE, "student_rl", model=student, data=task_data)
     models = {
         "teacher": refs["teacher"],
         "student_base": student,
         "student_distilled": distilled,
         "student_rl": rl,
     }
-    evals = evaluate_models(store, recipe, task_data, models)
+    evals = evaluate_models(run, task_data, models)
+    trained = {"student_distilled": distilled, "student_rl": rl}  # training compute of both, side by side
     cfg = report.ReportConfig(
         title=f"{recipe.name}: distillation vs RL for a small student",
-        order=list(ORDER),
-        curves=["student_distilled", "student_rl"],  # training compute of both, side by side
+        evaluations=list(ORDER),
+        training=list(trained),
+        extras=["distill_data"],
     )
-    inputs = {
-        **evals,
-        "train/student_distilled": distilled,
-        "train/student_rl": rl,
-        "extra/distill_data": refs["distill_data"],
-    }
-    out = stage_task(store, report.STAGE, cfg, inputs, "report")
-    return publish_report(store, recipe.name, out)
+    out = run(
+        report.STAGE,
+        cfg,
+        label="report",
+        **report.report_inputs(evals, trained, {"distill_data": refs["distill_data"]}),
+    )
+    return publish_report(run.store, recipe.name, out)

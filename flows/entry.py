@@ -11,26 +11,12 @@ from collections.abc import Callable
 
 from prefect import flow
 
-from r1.config import ConfigError
-
 
 def flow_for(name: str) -> Callable[..., str]:
-    """The flow function for a CLI / deployment flow name."""
-    if name == "r1-zero":
-        from flows.r1_zero import r1_zero
+    """The flow function for a CLI / deployment flow name (:data:`flows.registry.FLOWS`)."""
+    from flows.registry import flow_spec
 
-        return r1_zero
-    if name == "r1-full":
-        from flows.r1_full import r1_full
-
-        return r1_full
-    if name in ("distill", "distill-data"):
-        from flows.distill import distill, distill_data
-
-        return distill if name == "distill" else distill_data
-    from flows.recipes import RECIPES
-
-    raise ConfigError(f"unknown flow {name!r}; known: {sorted(RECIPES)}")
+    return flow_spec(name).flow()
 
 
 @flow(name="r1", log_prints=False)

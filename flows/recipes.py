@@ -12,18 +12,18 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from data.worlds import DataConfig, MicroWorldData
 from flows.common import Runtime
 from r1.config import Section, load_recipe, task_split_uses
 from stages.base import BaseConfig, MicroBase
 from stages.curate import CurateConfig
-from stages.data import DataConfig, MicroWorldData, splits_of
+from stages.data import splits_of
 from stages.evaluate import EvalConfig
 from stages.grpo import GRPOStageConfig
 from stages.reward_model import PreferenceConfig, RewardModelConfig
 from stages.sample import SampleConfig
 from stages.sft import SFTStageConfig
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -148,20 +148,6 @@ class DistillRecipe(R1FullRecipe):
         return [f for f in type(self).model_fields if f not in pipeline_only]
 
 
-RECIPES: dict[str, type[Section]] = {
-    "r1-zero": R1ZeroRecipe,
-    "r1-full": R1FullRecipe,
-    "distill-data": DistillRecipe,
-    "distill": DistillRecipe,
-}
-DEFAULT_RECIPE = {
-    "r1-zero": CONFIGS / "r1_zero.yaml",
-    "r1-full": CONFIGS / "r1_full.yaml",
-    "distill-data": CONFIGS / "distill.yaml",
-    "distill": CONFIGS / "distill.yaml",
-}
-
-
 def _shift_seeds(section: BaseModel, by: int) -> BaseModel:
     """``section`` with every ``seed`` field in it and its sub-sections shifted by ``by``."""
     update: dict = {}
@@ -201,12 +187,13 @@ def load(
     A recipe is code: a ``module:function`` reward imports that module. ``allow_reward_modules``
     (a deployment's allow-list; None allows any) limits which modules a recipe may name.
     """
+    from flows.registry import flow_spec
     from r1.config import ConfigError
 
-    if flow not in RECIPES:
-        raise ConfigError(f"unknown flow {flow!r}; known: {sorted(RECIPES)}")
+    spec = flow_spec(flow)
     context = {"allow_reward_modules": allow_reward_modules}
-    recipe = load_recipe(RECIPES[flow], path or DEFAULT_RECIPE[flow], overrides, context)
-    if recipe.flow != flow.removesuffix("-data"):
+    recipe = load_recipe(spec.recipe_class(), path or spec.default_recipe, overrides, context)
+    expected = spec.recipe_class().model_fields["flow"].default
+    if recipe.flow != expected:
         raise ConfigError(f"recipe {path} is for flow {recipe.flow!r}, not {flow!r}")
     return recipe

@@ -12,21 +12,23 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.common import apply_runtime, publish_report, stage_task, store_for
-from flows.entry import flow_for
+from flows.common import publish_report, start
 from flows.recipes import seeded
+from flows.registry import flow_spec
 from stages import report
 
 
 @flow(name="seeds", log_prints=False)
 def over_seeds(flow_name: str, recipe, seeds: list[int]) -> str:
     """Run ``flow_name`` once per seed and report the spread; return the summary's report.json."""
-    apply_runtime(recipe.runtime)
-    store = store_for(recipe.store)
+    run = start(recipe)
+    spec = flow_spec(flow_name)
+    if not spec.trains:
+        raise ValueError(f"--seeds compares trained models; {flow_name} trains none")
     runs = {}
     for seed in seeds:
-        result = flow_for(flow_name)(seeded(recipe, seed))
-        runs[f"seed{seed}"] = store.ref(Path(result).parent.name)  # the seed's report artifact
+        result = spec.flow()(seeded(recipe, seed))
+        runs[f"seed{seed}"] = run.store.ref(Path(result).parent.name)  # the seed's report artifact
     cfg = report.SeedsReportConfig(title=f"{recipe.name} over seeds", seeds=list(seeds))
-    out = stage_task(store, report.SEEDS, cfg, runs, "seeds_report")
-    return publish_report(store, f"{recipe.name}-seeds", out)
+    out = run(report.SEEDS, cfg, label="seeds_report", **runs)
+    return publish_report(run.store, f"{recipe.name}-seeds", out)

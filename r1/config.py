@@ -96,6 +96,14 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def read_utf8(path: Path, error: type[Exception]) -> str:
+    """A file's text, or ``error`` naming the file and the first byte that is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     """A recipe file as a dict, with its ``inherit`` chain resolved (relative paths, no cycles)."""
     path = Path(path)
@@ -105,9 +113,7 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     if resolved in _seen:
         raise ConfigError(f"recipe inherits itself: {' -> '.join(map(str, (*_seen, resolved)))}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        data = yaml.safe_load(read_utf8(path, ConfigError))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if data is None:
@@ -216,9 +222,12 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, source: 
         dotted = ".".join(shown) or "<root>"
         if e["type"] == "extra_forbidden":
             parent, section = _walk(cls, loc[:-1])
-            known = list(getattr(section, "model_fields", {}) or [])
-            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            hint = f" (did you mean {'.'.join([*parent, close[0]])!r}?)" if close else ""
+            fields = getattr(section, "model_fields", {}) or {}
+            close = difflib.get_close_matches(str(loc[-1]), list(fields), n=1)
+            # a key that moved into a sub-section (eval.temperature -> eval.generation.temperature)
+            moved = [n for n, f in fields.items() for m in _models_in(f.annotation) if loc[-1] in m.model_fields]
+            hint = [*parent, close[0]] if close else [*parent, moved[0], str(loc[-1])] if moved else None
+            hint = f" (did you mean {'.'.join(hint)!r}?)" if hint else ""
             lines.append(f"  {dotted}: unknown key{hint}")
         elif e["type"] == "value_error":
             msg = e["msg"].removeprefix("Value error, ")

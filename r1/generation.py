@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from r1.config import Section
+from r1.config import Section, unhashed
 
 Prompt = str | list[dict[str, Any]]
 
@@ -168,6 +168,35 @@ class VLLMBackend:
             [Generated(o.text, len(o.token_ids), o.finish_reason == "stop") for o in r.outputs]
             for r in results
         ]
+
+
+class GenerationSettings(Section):
+    """How a stage generates: sampling knobs, the backend and its batch (one section everywhere).
+
+    Evaluation and sampling both read this section (``eval.generation``, ``*.samples.generation``).
+    Temperature 0 is greedy decoding.
+    """
+
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(96, gt=0)
+    backend: Literal["transformers", "vllm"] = "transformers"
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings, **unhashed())
+    batch_size: int = Field(512, gt=0, description="sequences per generate call")
+
+    def sampling(self, **change: Any) -> SamplingConfig:
+        """The per-call sampling parameters (``change`` overrides some, e.g. ``temperature=0``)."""
+        return SamplingConfig(
+            **{
+                "temperature": self.temperature,
+                "top_p": self.top_p,
+                "max_new_tokens": self.max_new_tokens,
+                **change,
+            }
+        )
+
+    def backend_for(self, model_path: str | Path) -> GenerationBackend:
+        return make_backend(self.backend, model_path, batch_size=self.batch_size, vllm=self.vllm)
 
 
 def make_backend(

@@ -1,19 +1,19 @@
 """Running a trainer stage under ``accelerate launch`` (DDP, DeepSpeed ZeRO) instead of in-process.
 
-The artifact contract does not change: the parent process plans the stage, opens the artifact's
-temporary directory, and commits it (manifest last, atomic rename) after the launched ranks exit
-cleanly. The ranks only run the stage function: every rank trains, the main rank writes files.
-The parent streams the launcher's log and, on failure, raises with its tail.
+The parent side of a launch. The artifact contract does not change: the parent process plans
+the stage, opens the artifact's temporary directory, and commits it (manifest last, atomic
+rename) after the launched ranks exit cleanly. The ranks only run the stage function (every rank
+trains, the main rank writes files; see :mod:`r1.rank`). The parent streams the launcher's log
+and, on failure, raises with its tail.
 
-    python -m r1.launch <spec.json>     # what each rank runs (written by :func:`launch_stage`)
     python -m r1.lifetime --with-parent PID accelerate...   # how the launcher is started
+    python -m r1.rank <spec.json>                            # what each rank runs
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -27,7 +27,7 @@ from pydantic import Field
 from r1.config import Section
 
 SPEC_FILE = "launch_spec.{machine_rank}.json"
-METRICS_FILE = "launch_metrics.json"
+METRICS_FILE = "launch_metrics.json"  # the main rank's metrics, read back by the parent
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,7 +65,7 @@ def _resolve(path: str) -> Path:
 
 
 def accelerate_command(launch: LaunchConfig, spec: Path, use_cpu: bool) -> list[str]:
-    """The ``accelerate launch`` command line for one stage; every rank runs ``python -m r1.launch``."""
+    """The ``accelerate launch`` command line for one stage; every rank runs ``python -m r1.rank``."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
     if launch.config_file:
         cfg = _resolve(launch.config_file)
@@ -84,7 +84,7 @@ def accelerate_command(launch: LaunchConfig, spec: Path, use_cpu: bool) -> list[
         cmd += ["--num_cpu_threads_per_process", str(launch.threads_per_process)]
     if launch.num_processes > 1 and not launch.config_file and not use_cpu:
         cmd += ["--multi_gpu"]  # no config file: plain DDP over the GPUs
-    return [*cmd, *launch.extra_args, "-m", "r1.launch", str(spec)]
+    return [*cmd, *launch.extra_args, "-m", "r1.rank", str(spec)]
 
 
 def _use_cpu() -> bool:
@@ -103,7 +103,6 @@ def write_spec(stage, ctx, machine_rank: int = 0) -> Path:
     spec = {
         "stage_module": stage.fn.__module__,
         "stage_name": stage.name,
-        "config_class": f"{type(config).__module__}:{type(config).__qualname__}",
         "config": config.model_dump(mode="json"),
         "inputs": {k: v.model_dump(mode="json") for k, v in ctx.inputs.items()},
         "out_dir": str(ctx.out_dir),
@@ -174,66 +173,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _load_stage(module: str, name: str):
-    from r1.runner import Stage
-
-    mod = importlib.import_module(module)
-    for value in vars(mod).values():
-        if isinstance(value, Stage) and value.name == name:
-            return value
-    raise LookupError(f"no Stage named {name!r} in {module}")
-
-
-def run_rank(spec_path: Path) -> None:
-    """One rank: rebuild the stage call from the spec and run it; the main rank reports metrics."""
-    from accelerate import PartialState
-
-    from r1.runner import StageContext
-    from r1.store import ArtifactRef
-    from r1.training import is_main_process, world_size
-
-    # Set up the process group (and DeepSpeed's) before any model loads: under ZeRO-3,
-    # from_pretrained partitions weights at load time and needs the real world size.
-    PartialState()
-    spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    stage = _load_stage(spec["stage_module"], spec["stage_name"])
-    mod, cls = spec["config_class"].split(":")
-    config_cls = getattr(importlib.import_module(mod), cls)
-    ctx = StageContext(
-        config=config_cls.model_validate(spec["config"]),
-        inputs={k: ArtifactRef.model_validate(v) for k, v in spec["inputs"].items()},
-        out_dir=Path(spec["out_dir"]),
-        work_dir=Path(spec["work_dir"]),
-        label=spec["label"],
-    )
-    stage.fn(ctx)
-    ctx.metrics["world_size"] = world_size()
-    if is_main_process():
-        tmp = Path(spec["work_dir"], METRICS_FILE + ".tmp")
-        tmp.write_text(json.dumps(ctx.metrics, default=str), encoding="utf-8")
-        tmp.replace(Path(spec["work_dir"], METRICS_FILE))
-
-
 def stage_launch(config) -> LaunchConfig | None:
     """The stage config's launch section when it asks for a launcher, else None (run in-process)."""
     launch = getattr(config, "launch", None)
     return launch if isinstance(launch, LaunchConfig) and launch.mode != "inprocess" else None
-
-
-if __name__ == "__main__":
-    from r1.lifetime import die_with_parent
-
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m r1.launch <spec.json>")
-    die_with_parent()  # the launcher's agent is this rank's parent
-    run_rank(Path(sys.argv[1]))
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()  # no rank exits while the main rank is still writing
-    # The work is done and written: leave without running C++ teardown. A CI run once saw a ZeRO-3
-    # rank abort there ("terminate called without an active exception") after a finished stage,
-    # which failed the stage although its artifact was complete.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -1,8 +1,9 @@
 """Running a stage against the store: plan (key, cached/resume/run), then run and commit.
 
-A stage is a plain function over a typed config and its input artifacts; it never imports
-Prefect, so it runs and tests without it. Flows wrap :func:`run_stage` in Prefect tasks whose
-cache key is the artifact key (see ``flows/common.py``).
+Stages follow the contract in :mod:`r1.stage`. Planning checks the call against what the stage
+declares and decides, without side effects, whether its artifact is cached, waits to be
+published, resumes or runs. Flows wrap :func:`run_stage` in Prefect tasks whose cache key is the
+artifact key (see ``flows/common.py``).
 """
 
 from __future__ import annotations
@@ -11,58 +12,36 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
 from r1.config import hashable
 from r1.external import fingerprints
-from r1.launch import LaunchConfig, LaunchError, stage_launch
-from r1.store import ArtifactRef, Provenance, Store
+from r1.launch import LaunchConfig, LaunchError, launch_stage, stage_launch
+from r1.stage import Stage, StageContext
+from r1.store import ArtifactRef, Provenance, RemoteStore, Store
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StageContext:
-    """What a stage function receives."""
-
-    config: Any  # the stage's typed config section
-    inputs: dict[str, ArtifactRef]
-    out_dir: Path  # the artifact being written (temporary until the stage returns)
-    work_dir: Path  # survives a crash: checkpoints and shards to resume from
-    metrics: dict[str, Any] = field(default_factory=dict)  # lands in the manifest
-    label: str = ""  # the stage's name in the flow (e.g. "r1_zero" for a GRPO stage)
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A kind of stage: name and version (both in the key), the function, and how it resumes."""
-
-    name: str
-    version: str
-    fn: Callable[[StageContext], None]
-    resume_step: Callable[[Path], int | None] | None = None  # work dir -> step it would resume from
-    resume_unit: str = "step"  # what resume_step counts: trainer steps, sampling shards
-    keep_work: bool = False  # keep the work dir after success (e.g. for inspection)
 
 
 @dataclass(frozen=True)
 class Plan:
     key: str
-    status: Literal["cached", "running", "resuming"]
+    status: Literal["cached", "publishing", "running", "resuming"]
     resume_step: int | None
     label: str
     unit: str = "step"
 
     def line(self) -> str:
         """The one status line a stage prints when it starts."""
-        what = {"cached": "cached", "running": "running"}.get(
-            self.status, f"resuming from {self.unit} {self.resume_step}"
-        )
+        what = {
+            "cached": "cached",
+            "running": "running",
+            "publishing": "publishing (built earlier, not yet in the store)",
+        }.get(self.status, f"resuming from {self.unit} {self.resume_step}")
         return f"[{self.label}] {what} ({self.key})"
 
 
@@ -82,21 +61,30 @@ def stage_key(stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef]) -
 
 
 def plan(
-    store: Store, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], label: str = ""
+    store: Store | RemoteStore,
+    stage: Stage,
+    config: BaseModel,
+    inputs: dict[str, ArtifactRef],
+    label: str = "",
 ) -> Plan:
-    """Decide without side effects whether the stage is a cache hit, a resume or a fresh run."""
+    """Decide without side effects whether the stage is a cache hit, a resume or a fresh run.
+
+    A call that does not match what the stage declares (its config type, its input roles) raises
+    :class:`r1.stage.StageInputError` here, before anything runs.
+    """
+    stage.check(config, inputs)
     key = stage_key(stage, config, inputs)
     label = label or stage.name
     if store.verify(key).ok:
         return Plan(key, "cached", None, label)
+    if store.unpublished(key):
+        return Plan(key, "publishing", None, label)
     step = stage.resume_step(store.work_dir(key)) if stage.resume_step else None
     return Plan(key, "resuming" if step else "running", step, label, stage.resume_unit)
 
 
 def execute(stage: Stage, ctx: StageContext) -> None:
     """Call the stage function here, or under ``accelerate launch`` when its config asks for it."""
-    from r1.launch import launch_stage
-
     launch = stage_launch(ctx.config)
     if launch is None:
         stage.fn(ctx)
@@ -105,19 +93,21 @@ def execute(stage: Stage, ctx: StageContext) -> None:
 
 
 def run_stage(
-    store: Store,
+    store: Store | RemoteStore,
     stage: Stage,
     config: BaseModel,
     inputs: dict[str, ArtifactRef],
     label: str = "",
     announce: bool = True,
+    planned: Plan | None = None,
 ) -> ArtifactRef:
     """Return the verified artifact for this stage, running (or resuming) it when needed.
 
-    The build holds the key's lock (:meth:`Store.lock`): a second run of the same stage on this
-    store waits for the first and takes its artifact, and never removes its folders.
+    ``planned`` is the plan the caller already made (a flow prints it before Prefect runs the
+    task). The build holds the key's lock (:meth:`Store.lock`): a second run of the same stage on
+    this store waits for the first and takes its artifact, and never removes its folders.
     """
-    p = plan(store, stage, config, inputs, label)
+    p = planned or plan(store, stage, config, inputs, label)
     if announce:
         print(p.line(), flush=True)
     if p.status == "cached":
@@ -139,15 +129,18 @@ def run_stage(
         print(f"[{p.label}] waiting: another run is building {p.key}", flush=True)
 
     with store.lock(p.key, on_wait=waiting):
-        p = plan(store, stage, config, inputs, label)  # the run we waited for may have built it
+        p = plan(store, stage, config, inputs, p.label)  # the run we waited for may have built it
         if p.status == "cached":
             return store.ref(p.key)
-        return _build(store, stage, config, inputs, p)
+        if p.status == "running" or p.status == "resuming":
+            _build(store, stage, config, inputs, p)
+        store.publish(p.key)  # an object store's commit; a local store's artifact already is
+    return store.ref(p.key)
 
 
 def _build(
-    store: Store, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], p: Plan
-) -> ArtifactRef:
+    store: Store | RemoteStore, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], p: Plan
+) -> None:
     """Run the stage into a fresh temporary artifact and commit it (the caller holds the lock)."""
     existing = store.verify(p.key)
     if store.path(p.key).exists() and not existing.ok:
@@ -167,11 +160,10 @@ def _build(
             w.metrics["resumed_from"] = p.resume_step
     if not stage.keep_work:
         shutil.rmtree(work, ignore_errors=True)
-    return store.ref(p.key)
 
 
 def _follow(
-    store: Store,
+    store: Store | RemoteStore,
     stage: Stage,
     config: BaseModel,
     inputs: dict[str, ArtifactRef],
@@ -183,8 +175,6 @@ def _follow(
     Only machine 0 writes and commits the artifact, so every machine must see one store (a shared
     mount or an object store); this machine's ranks write into a scratch directory that is dropped.
     """
-    from r1.launch import launch_stage
-
     scratch = Path(tempfile.mkdtemp(prefix=f"{p.key}.machine{launch.machine_rank}."))
     try:
         ctx = StageContext(

@@ -245,3 +245,20 @@ def quiet_trainer(trainer) -> None:
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+
+
+def run_trainer(ctx, trainer, tokenizer, progress: dict[str, str], every: int, callbacks=()) -> list[dict]:
+    """The part every trainer stage shares: train (resuming), save the model, write its log.
+
+    ``ctx`` is the stage's :class:`r1.stage.StageContext`; ``progress`` maps logged keys to the
+    short names the progress line shows every ``every`` steps. The model lands in ``ctx.out_dir``
+    as a Hugging Face folder and the per-step log as ``train_log.jsonl``; the log is returned
+    for the stage's own metrics.
+    """
+    quiet_trainer(trainer)
+    trainer.add_callback(ProgressPrinter(ctx.label, every, progress))
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    train_with_resume(trainer, ctx.work_dir)
+    save_trained(trainer, tokenizer, ctx.out_dir)
+    return write_log_history(trainer, ctx.out_dir / "train_log.jsonl")

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from data.microworld import CHINESE_CHARS, ENGLISH_WORDS, SYMBOLS
+from data.worlds import world_for
 from r1.config import Section
 from r1.external import external
 from r1.models import (
@@ -23,9 +23,9 @@ from r1.models import (
     import_pretrained,
     save_checkpoint,
 )
-from r1.runner import Stage, StageContext
-from r1.training import resume_step, save_trained, write_log_history
-from stages.sft import TrainConfig, train_lm
+from r1.stage import Stage, StageContext
+from r1.supervised import SFT_PROGRESS, TrainConfig, sft_trainer
+from r1.training import resume_step, run_trainer
 
 
 class PretrainConfig(TrainConfig):
@@ -101,16 +101,14 @@ def build_base(ctx: StageContext) -> None:
         return
     from datasets import Dataset
 
+    words, chars = world_for(ctx.inputs["data"]).lexicon()
     corpus = ctx.inputs["data"].dataset()["corpus"]
-    tokenizer = build_word_tokenizer(list(ENGLISH_WORDS), CHINESE_CHARS + SYMBOLS)
+    tokenizer = build_word_tokenizer(words, chars)
     model = build_llama(cfg.model, tokenizer, cfg.seed)
     blocks = pack_blocks(_corpus_text(corpus, tokenizer), tokenizer, cfg.block_size, cfg.seed)
     text = Dataset.from_dict({"input_ids": blocks})
-    trainer = train_lm(
-        model, tokenizer, text, cfg.pretrain, ctx.work_dir, completion_only_loss=False, label=ctx.label
-    )
-    save_trained(trainer, tokenizer, ctx.out_dir)
-    history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
+    trainer = sft_trainer(model, tokenizer, text, cfg.pretrain, ctx.work_dir, completion_only_loss=False)
+    history = run_trainer(ctx, trainer, tokenizer, SFT_PROGRESS, max(cfg.pretrain.logging_steps, 100))
     losses = [h["loss"] for h in history if "loss" in h]
     ctx.metrics.update(
         {
@@ -122,4 +120,6 @@ def build_base(ctx: StageContext) -> None:
     )
 
 
-STAGE = Stage(name="base", version="2", fn=build_base, resume_step=resume_step)
+STAGE = Stage(
+    name="base", version="2", fn=build_base, config=BaseConfig, inputs=("data",), resume_step=resume_step
+)

@@ -12,16 +12,15 @@ import json
 import random
 import re
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from data import microworld
+from data.worlds import world_for
 from r1.config import Section
 from r1.language import language_share
 from r1.rewards import is_well_formatted
-from r1.runner import Stage, StageContext
+from r1.stage import Stage, StageContext
 
 REASONS = ("contaminated", "format", "wrong", "mixed_language", "overlong", "duplicate", "over_k")
 _NGRAM_TOKEN = re.compile(r"\d+|[^\W\d_]+|[^\s\w]", re.UNICODE)
@@ -128,20 +127,15 @@ def _sft_row(prompt, completion: str, language: str, kind: str, source: str, **p
     }
 
 
-def generator_rows(task_data, cfg: CurateConfig) -> list[dict]:
-    """Curated clean traces for train prompts, and non-reasoning examples from the general split."""
+def generator_rows(task_data, world, cfg: CurateConfig) -> list[dict]:
+    """Clean traces the world writes for train prompts, and its non-reasoning answers to general ones."""
     rng = random.Random(f"{cfg.seed}-curate")
     rows = []
     if cfg.curated:
         train = task_data["train"]
-        if "expression" not in train.column_names:
-            raise ValueError(
-                "curated traces are rendered by the micro-world generator (no 'expression' column)"
-            )
         for i in rng.sample(range(len(train)), min(cfg.curated, len(train))):
             r = train[i]
-            problem = microworld.problem_from_expression(r["expression"], r["language"])
-            trace = microworld.render_trace(problem, rng)
+            trace = world.clean_trace(r, rng)
             rows.append(_sft_row(r["prompt"], trace, r["language"], "reasoning", "curated", prompt_index=i))
     if cfg.non_reasoning:
         if "general" not in task_data:
@@ -149,7 +143,7 @@ def generator_rows(task_data, cfg: CurateConfig) -> list[dict]:
         general = task_data["general"]
         for i in rng.sample(range(len(general)), min(cfg.non_reasoning, len(general))):
             r = general[i]
-            completion = microworld.general_completion(r["answer"])
+            completion = world.direct_answer(r)
             rows.append(
                 _sft_row(
                     r["prompt"],
@@ -179,6 +173,7 @@ def length_histogram(lengths: list[int], bins: int = 8) -> list[tuple[str, int]]
 def data_card(stats: dict, sampling: dict | None, source: str | None, lengths: list[int]) -> str:
     lines = ["# Data card", "", f"- source checkpoint: `{source or 'none'}`"]
     if sampling:
+        sampling = {**sampling, **(sampling.get("generation") or {})}  # the sample stage's settings, flat
         keys = ("n", "temperature", "top_p", "max_new_tokens", "seed", "split", "limit")
         lines.append("- sampling: " + ", ".join(f"{k}={sampling.get(k)}" for k in keys if k in sampling))
     lines += [
@@ -207,7 +202,7 @@ def curate(ctx: StageContext) -> None:
     sampled, sampling, source = [], None, None
     if "samples" in ctx.inputs:
         sampled = [dict(r) for r in ctx.inputs["samples"].dataset()]
-        manifest = json.loads(Path(ctx.inputs["samples"].path, "manifest.json").read_text(encoding="utf-8"))
+        manifest = ctx.inputs["samples"].manifest()
         sampling, source = manifest["config"], manifest["inputs"].get("model")
     kept, dropped = select(sampled, cfg, eval_prompts)
     rows = [
@@ -224,7 +219,7 @@ def curate(ctx: StageContext) -> None:
         )
         for r in kept
     ]
-    extra = generator_rows(task_data, cfg)
+    extra = generator_rows(task_data, world_for(ctx.inputs["data"]), cfg)
     rows += extra
     random.Random(cfg.seed).shuffle(rows)
     if not rows:
@@ -248,4 +243,6 @@ def curate(ctx: StageContext) -> None:
     )
 
 
-STAGE = Stage(name="curate", version="1", fn=curate)
+STAGE = Stage(
+    name="curate", version="1", fn=curate, config=CurateConfig, inputs=("data",), optional_inputs=("samples",)
+)

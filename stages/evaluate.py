@@ -10,28 +10,30 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from r1.config import Section, unhashed
-from r1.generation import SamplingConfig, VLLMSettings, make_backend
+from r1.config import Section
+from r1.generation import GenerationSettings
 from r1.metrics import DEFAULT_SELF_CHECK, aggregate, score_problem
-from r1.runner import Stage, StageContext
+from r1.stage import Stage, StageContext
 
 
 class EvalConfig(Section):
     split: str = "test"
     limit: int | None = Field(None, gt=0, description="evaluate on the first N problems only")
     k: int = Field(4, gt=0, description="samples per problem for pass@1 / pass@k / maj@k")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of the k samples")
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(96, gt=0)
     seed: int = 0
-    backend: Literal["transformers", "vllm"] = "transformers"
-    vllm: VLLMSettings = Field(default_factory=VLLMSettings, **unhashed())
-    batch_size: int = Field(512, gt=0, description="sequences per generate call")
+    generation: GenerationSettings = Field(
+        default_factory=GenerationSettings, description="the k samples (the greedy pass uses temperature 0)"
+    )
     self_check_pattern: str = DEFAULT_SELF_CHECK
+
+    @model_validator(mode="after")
+    def _samples_sample(self) -> EvalConfig:
+        if self.generation.temperature <= 0:
+            raise ValueError("eval.generation.temperature must be > 0: the k samples are sampled")
+        return self
 
     def task_splits(self) -> dict[str, str]:
         return {"split": self.split}
@@ -44,18 +46,15 @@ def evaluate(ctx: StageContext) -> None:
     data = ctx.inputs["data"].dataset()[cfg.split]
     if cfg.limit:
         data = data.select(range(min(cfg.limit, len(data))))
-    backend = make_backend(cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size, vllm=cfg.vllm)
+    backend = cfg.generation.backend_for(ctx.inputs["model"].path)
     prompts = list(data["prompt"])
-    greedy = backend.generate(
-        prompts, 1, SamplingConfig(temperature=0, max_new_tokens=cfg.max_new_tokens), cfg.seed
-    )
-    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    samples = backend.generate(prompts, cfg.k, sampling, cfg.seed)
+    greedy = backend.generate(prompts, 1, cfg.generation.sampling(temperature=0, top_p=1.0), cfg.seed)
+    samples = backend.generate(prompts, cfg.k, cfg.generation.sampling(), cfg.seed)
     pattern = re.compile(cfg.self_check_pattern)
     languages = data["language"] if "language" in data.column_names else [None] * len(data)
     records = [
-        score_problem(str(gold), lang, g[0], s, pattern)
-        for gold, lang, g, s in zip(data["answer"], languages, greedy, samples, strict=True)
+        {"prompt": prompt, "answer": str(gold), **score_problem(str(gold), lang, g[0], s, pattern)}
+        for prompt, gold, lang, g, s in zip(prompts, data["answer"], languages, greedy, samples, strict=True)
     ]
     metrics = aggregate(records)
     Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "generations"))
@@ -69,4 +68,4 @@ def evaluate(ctx: StageContext) -> None:
     )
 
 
-STAGE = Stage(name="evaluate", version="2", fn=evaluate)
+STAGE = Stage(name="evaluate", version="2", fn=evaluate, config=EvalConfig, inputs=("model", "data"))

@@ -17,21 +17,17 @@ from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
 from r1.models import load_model, load_tokenizer
 from r1.rewards import RewardSpec, build_rewards
-from r1.runner import Stage, StageContext
+from r1.stage import Stage, StageContext
 from r1.training import (
     LogExtras,
     LoraSettings,
-    ProgressPrinter,
     check_trl_args,
     common_trainer_kwargs,
     device_kwargs,
     peft_config,
     per_device,
-    quiet_trainer,
     resume_step,
-    save_trained,
-    train_with_resume,
-    write_log_history,
+    run_trainer,
 )
 
 
@@ -226,7 +222,6 @@ def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, rewa
 
 
 def run_grpo(ctx: StageContext) -> None:
-
     cfg: GRPOStageConfig = ctx.config
     model_dir = ctx.inputs["model"].path
     data = ctx.inputs["data"].dataset()
@@ -236,16 +231,11 @@ def run_grpo(ctx: StageContext) -> None:
     context = {"reward_model_path": ctx.inputs["reward_model"].path} if "reward_model" in ctx.inputs else None
     tokenizer = load_tokenizer(model_dir)
     trainer = make_trainer(load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, context)
-    quiet_trainer(trainer)
-    trainer.add_callback(ProgressPrinter(ctx.label, cfg.print_every, _progress_keys(cfg)))
     counted = [
         f for f, spec in zip(trainer.reward_funcs, cfg.rewards, strict=True) if spec.on_nonfinite == "zero"
     ]
-    if counted:
-        trainer.add_callback(LogExtras(_nonfinite_counts(counted)))
-    train_with_resume(trainer, ctx.work_dir)
-    save_trained(trainer, tokenizer, ctx.out_dir)
-    history = write_log_history(trainer, ctx.out_dir / "train_log.jsonl")
+    extras = [LogExtras(_nonfinite_counts(counted))] if counted else []
+    history = run_trainer(ctx, trainer, tokenizer, _progress_keys(cfg), cfg.print_every, extras)
     steps = [h for h in history if "reward" in h]
     ctx.metrics.update(
         {
@@ -285,4 +275,12 @@ def _progress_keys(cfg: GRPOStageConfig) -> dict[str, str]:
     return keys
 
 
-STAGE = Stage(name="grpo", version="2", fn=run_grpo, resume_step=resume_step)
+STAGE = Stage(
+    name="grpo",
+    version="2",
+    fn=run_grpo,
+    config=GRPOStageConfig,
+    inputs=("model", "data"),
+    optional_inputs=("reward_model",),
+    resume_step=resume_step,
+)

@@ -1,10 +1,11 @@
 """Report stage: the R1 paper's table for this run, plus training curves.
 
-Inputs are named ``eval/<stage>`` (evaluate artifacts, one per model, in pipeline order),
-``train/<stage>`` (trainer artifacts whose ``train_log.jsonl`` gives the curves) and
-``extra/<name>`` (any artifact: its manifest metrics, under ``<name>``). Writes
-``report.json`` (``{"stages": {<stage>: metrics}, "training": ..., "extra": ...}``), ``report.md``
-and PNG plots.
+The config says what each input is: ``evaluations`` (evaluate artifacts, one per model, in table
+order), ``training`` (trainer artifacts: their metrics, and their ``train_log.jsonl`` curves) and
+``extras`` (any artifact: its manifest metrics, under its name). :func:`report_inputs` keys the
+artifacts the way the stage reads them, so a flow never spells a role. Writes ``report.json``
+(``{"stages": {<stage>: metrics}, "training": ..., <extra>: ...}``), ``report.md`` and the plots;
+every reward a stage logged is plotted, a user's own ``@register`` rewards included.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 from pydantic import Field
 
 from r1.config import Section
-from r1.runner import Stage, StageContext
+from r1.stage import Stage, StageContext
+from r1.store import ArtifactRef
 from r1.training import read_log_history
 
 COLUMNS = (
@@ -29,21 +31,36 @@ COLUMNS = (
     ("self_check_rate", "self-check"),
     ("mean_length", "mean length"),
 )
-CURVES = (
-    ("reward", "reward"),
-    ("rewards/accuracy/mean", "accuracy reward"),
-    ("rewards/format/mean", "format reward"),
-    ("rewards/language_consistency/mean", "language reward"),
-    ("completions/mean_length", "completion length (tokens)"),
-    ("entropy", "entropy"),
-)
+AFTER_REWARDS = (("completions/mean_length", "completion length (tokens)"), ("entropy", "entropy"))
 
 
 class ReportConfig(Section):
     title: str = "r1-pipeline report"
-    order: list[str] = Field(default_factory=list, description="evaluated stages in pipeline order")
-    curves: list[str] = Field(default_factory=list, description="GRPO stages whose curves are plotted")
+    evaluations: list[str] = Field(default_factory=list, description="evaluated models, in table order")
+    training: list[str] = Field(default_factory=list, description="trainer stages: metrics and curves")
+    extras: list[str] = Field(default_factory=list, description="artifacts whose metrics are reported")
     extra: dict[str, Any] = Field(default_factory=dict, description="more figures to report as is")
+
+
+def _role(kind: str, name: str) -> str:
+    return f"{kind}:{name}"
+
+
+def report_roles(cfg: ReportConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The input roles ``cfg`` names (all required): what ``Stage.check`` holds a call to."""
+    kinds = (("evaluation", cfg.evaluations), ("training", cfg.training), ("extra", cfg.extras))
+    return tuple(_role(kind, name) for kind, names in kinds for name in names), ()
+
+
+def report_inputs(
+    evaluations: dict[str, ArtifactRef],
+    training: dict[str, ArtifactRef] | None = None,
+    extras: dict[str, ArtifactRef] | None = None,
+) -> dict[str, ArtifactRef]:
+    """The report stage's inputs, keyed the way it reads them (pair with the same names in its config)."""
+    out = {_role("evaluation", n): ref for n, ref in evaluations.items()}
+    out |= {_role("training", n): ref for n, ref in (training or {}).items()}
+    return out | {_role("extra", n): ref for n, ref in (extras or {}).items()}
 
 
 def _fmt(v: Any) -> str:
@@ -79,13 +96,17 @@ def plot_curves(curves: dict[str, list[dict]], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(k, t) for k, t in CURVES if any(k in row for rows in curves.values() for row in rows)]
+    logged = {k for rows in curves.values() for row in rows for k in row}
+    rewards = sorted(k for k in logged if k.startswith("rewards/") and k.endswith("/mean"))
+    every = [("reward", "reward"), *((k, f"{k.split('/')[1]} reward") for k in rewards), *AFTER_REWARDS]
+    panels = [(k, t) for k, t in every if k in logged]
     if not panels:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels, strict=True):
         for label, rows in curves.items():
-            pts = [(r["step"], r[key]) for r in rows if key in r and "step" in r]
+            # a reward that applies to none of a step's prompts logs no number for it
+            pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float) and "step" in r]
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, _smooth(list(ys)), label=label)
@@ -120,26 +141,24 @@ def _wall(metrics: dict) -> str:
 def build_report(ctx: StageContext) -> None:
     cfg: ReportConfig = ctx.config
     stages: dict[str, dict] = {}
-    for name in cfg.order:
-        ref = ctx.inputs[f"eval/{name}"]
+    for name in cfg.evaluations:
+        ref = ctx.inputs[_role("evaluation", name)]
         metrics = json.loads(ref.file("metrics.json").read_text(encoding="utf-8"))
         stages[name] = {**metrics, "artifact": ref.key}
     curves: dict[str, list[dict]] = {}
     training: dict[str, dict] = {}
-    for name in cfg.curves:
-        ref = ctx.inputs[f"train/{name}"]
+    for name in cfg.training:
+        ref = ctx.inputs[_role("training", name)]
         rows = [
             {**r, "step": r.get("step", i + 1)}
             for i, r in enumerate(read_log_history(ref.file("train_log.jsonl")))
         ]
         curves[name] = [r for r in rows if "reward" in r]
-        manifest = json.loads(ref.file("manifest.json").read_text(encoding="utf-8"))
-        training[name] = {**manifest.get("metrics", {}), "artifact": ref.key}
+        training[name] = {**ref.manifest().get("metrics", {}), "artifact": ref.key}
     extra = dict(cfg.extra)
-    for role, ref in sorted(ctx.inputs.items()):
-        if role.startswith("extra/"):
-            manifest = json.loads(ref.file("manifest.json").read_text(encoding="utf-8"))
-            extra[role.removeprefix("extra/")] = {**manifest.get("metrics", {}), "artifact": ref.key}
+    for name in cfg.extras:
+        ref = ctx.inputs[_role("extra", name)]
+        extra[name] = {**ref.manifest().get("metrics", {}), "artifact": ref.key}
     report = {"title": cfg.title, "stages": stages, "training": training, **extra}
     (ctx.out_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False), encoding="utf-8")
     plotted = plot_curves(curves, ctx.out_dir / "grpo_curves.png")
@@ -165,7 +184,7 @@ def build_report(ctx: StageContext) -> None:
     (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
 
 
-STAGE = Stage(name="report", version="2", fn=build_report)
+STAGE = Stage(name="report", version="2", fn=build_report, config=ReportConfig, roles_of=report_roles)
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then the normal's 1.96).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145)
@@ -258,4 +277,10 @@ def build_seeds_report(ctx: StageContext) -> None:
     (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
 
 
-SEEDS = Stage(name="seeds_report", version="1", fn=build_seeds_report)
+SEEDS = Stage(
+    name="seeds_report",
+    version="1",
+    fn=build_seeds_report,
+    config=SeedsReportConfig,
+    roles_of=lambda cfg: (tuple(f"seed{s}" for s in cfg.seeds), ()),
+)

@@ -16,20 +16,14 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from data import microworld
+from data.worlds import world_for
 from r1.config import Section, new_option
 from r1.external import external
 from r1.models import load_tokenizer
 from r1.rewards import RewardModelScorer, summary_of
-from r1.runner import Stage, StageContext
-from r1.training import (
-    ProgressPrinter,
-    quiet_trainer,
-    resume_step,
-    save_trained,
-    train_with_resume,
-)
-from stages.sft import TrainConfig, schedule_kwargs
+from r1.stage import Stage, StageContext
+from r1.supervised import TrainConfig, schedule_kwargs
+from r1.training import resume_step, run_trainer
 
 
 class PreferenceConfig(Section):
@@ -62,11 +56,8 @@ class RewardModelConfig(TrainConfig):
     eval_split: str = "test"
 
 
-def _pair_row(row: dict, rng: random.Random) -> dict:
-    task = microworld.GeneralTask(
-        row["prompt"][-1]["content"], row["answer"], row["wrong"], row["language"], row["task"]
-    )
-    chosen, rejected, flaw = microworld.preference_pair(task, rng)
+def _pair_row(row: dict, world, rng: random.Random) -> dict:
+    chosen, rejected, flaw = world.preference(row, rng)
     return {
         "prompt": row["prompt"],
         "chosen": [{"role": "assistant", "content": summary_of(chosen)}],
@@ -84,9 +75,8 @@ def build_preferences(ctx: StageContext) -> None:
     if cfg.path:
         given_pairs(ctx, cfg)
         return
+    world = world_for(ctx.inputs["data"])
     general = ctx.inputs["data"].dataset()[cfg.split]
-    if not {"answer", "wrong", "task"} <= set(general.column_names):
-        raise ValueError(f"split {cfg.split!r} has no answer/wrong/task columns to build pairs from")
     rng = random.Random(f"{cfg.seed}-preferences")
     order = list(range(len(general)))
     rng.shuffle(order)
@@ -98,8 +88,8 @@ def build_preferences(ctx: StageContext) -> None:
         raise ValueError(f"no training pairs left after holding out {cfg.n_test} of {len(general)} prompts")
     DatasetDict(
         {
-            "train": Dataset.from_list([_pair_row(general[i], rng) for i in train_idx]),
-            "test": Dataset.from_list([_pair_row(general[i], rng) for i in test_idx]),
+            "train": Dataset.from_list([_pair_row(general[i], world, rng) for i in train_idx]),
+            "test": Dataset.from_list([_pair_row(general[i], world, rng) for i in test_idx]),
         }
     ).save_to_disk(str(ctx.out_dir))
     ctx.metrics.update({"n_train": len(train_idx), "n_test": len(test_idx)})
@@ -165,17 +155,21 @@ def train_reward_model(ctx: StageContext) -> None:
     model.config.pad_token_id = tokenizer.pad_token_id
     args = reward_args(cfg, ctx.work_dir)
     trainer = RewardTrainer(model=model, args=args, train_dataset=pairs["train"], processing_class=tokenizer)
-    quiet_trainer(trainer)
-    trainer.add_callback(
-        ProgressPrinter(ctx.label, max(cfg.logging_steps, 50), {"loss": "loss", "accuracy": "acc"})
-    )
-    train_with_resume(trainer, ctx.work_dir)
-    save_trained(trainer, tokenizer, ctx.out_dir)
+    run_trainer(ctx, trainer, tokenizer, {"loss": "loss", "accuracy": "acc"}, max(cfg.logging_steps, 50))
     metrics = pairwise_accuracy(RewardModelScorer.load(ctx.out_dir), pairs[cfg.eval_split])
     (ctx.out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     ctx.metrics.update({**metrics, "steps": trainer.state.global_step})
     print(f"[{ctx.label}] held-out pairwise accuracy {metrics['pairwise_accuracy']:.3f}", flush=True)
 
 
-PREFERENCES = Stage(name="preferences", version="1", fn=build_preferences)
-STAGE = Stage(name="reward_model", version="1", fn=train_reward_model, resume_step=resume_step)
+PREFERENCES = Stage(
+    name="preferences", version="1", fn=build_preferences, config=PreferenceConfig, inputs=("data",)
+)
+STAGE = Stage(
+    name="reward_model",
+    version="1",
+    fn=train_reward_model,
+    config=RewardModelConfig,
+    inputs=("model", "pairs"),
+    resume_step=resume_step,
+)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Literal
 
 from pydantic import Field
 
-from r1.config import Section, unhashed
-from r1.generation import SamplingConfig, VLLMSettings, make_backend
+from r1.config import Section
+from r1.generation import GenerationSettings
 from r1.rewards import RewardSpec, build_rewards
-from r1.runner import Stage, StageContext
+from r1.stage import Stage, StageContext
 
 _SHARD = "shard-{:05d}"
 
@@ -27,13 +26,8 @@ class SampleConfig(Section):
     split: str = "train"
     limit: int | None = Field(None, gt=0, description="sample for the first N prompts only")
     n: int = Field(4, gt=0, description="completions per prompt")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(96, gt=0)
     seed: int = 0
-    backend: Literal["transformers", "vllm"] = "transformers"
-    vllm: VLLMSettings = Field(default_factory=VLLMSettings, **unhashed())
-    batch_size: int = Field(512, gt=0, description="sequences per generate call")
+    generation: GenerationSettings = Field(default_factory=GenerationSettings)
     shard_size: int = Field(256, gt=0, description="prompts per shard (the unit of resume)")
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [
@@ -93,16 +87,14 @@ def sample(ctx: StageContext) -> None:
     for stale in shards.glob("tmp-*"):  # a shard cut off mid-write by a kill
         shutil.rmtree(stale, ignore_errors=True)
     backend = None
-    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    sampling = cfg.generation.sampling()
     n_shards = (len(data) + cfg.shard_size - 1) // cfg.shard_size
     for i in range(n_shards):
         final = shards / _SHARD.format(i)
         if final.exists():
             continue
         if backend is None:  # load the model only when a shard is left to generate
-            backend = make_backend(
-                cfg.backend, ctx.inputs["model"].path, batch_size=cfg.batch_size, vllm=cfg.vllm
-            )
+            backend = cfg.generation.backend_for(ctx.inputs["model"].path)
         start = i * cfg.shard_size
         prompts = [dict(r) for r in data.select(range(start, min(start + cfg.shard_size, len(data))))]
         groups = backend.generate([r["prompt"] for r in prompts], cfg.n, sampling, cfg.seed + i)
@@ -121,4 +113,12 @@ def sample(ctx: StageContext) -> None:
         ctx.metrics[f"mean_{col}"] = sum(values) / len(values) if values else None
 
 
-STAGE = Stage(name="sample", version="2", fn=sample, resume_step=finished_shards, resume_unit="shard")
+STAGE = Stage(
+    name="sample",
+    version="2",
+    fn=sample,
+    config=SampleConfig,
+    inputs=("model", "data"),
+    resume_step=finished_shards,
+    resume_unit="shard",
+)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from data.problems import MalformedRowError
+from data.problems import MalformedRowError, ProblemsData
 from r1.runner import run_stage
 from stages import data
 
@@ -41,7 +41,7 @@ def test_bad_problem_files_fail_at_the_data_stage(store, tmp_path, train, test, 
     _write(src, "train", train)
     _write(src, "test", test)
     with pytest.raises(MalformedRowError, match=message):
-        run_stage(store, data.STAGE, data.ProblemsData(path=str(src)), {})
+        run_stage(store, data.STAGE, ProblemsData(path=str(src)), {})
     assert not list(store.artifacts.glob("*")) and not list(store.tmp.glob("*"))
 
 
@@ -50,7 +50,7 @@ def test_duplicates_and_overlong_prompts_are_dropped_and_counted(store, tmp_path
     train = [*_rows("p", 5), *_rows("p", 2), {"question": "x" * 100_000, "answer": "1"}, *_rows("q", 1)]
     _write(src, "train", train)
     _write(src, "test", [*_rows("q", 3), *_rows("q", 1)])
-    ref = run_stage(store, data.STAGE, data.ProblemsData(path=str(src)), {})
+    ref = run_stage(store, data.STAGE, ProblemsData(path=str(src)), {})
     stats = json.loads(ref.file("stats.json").read_text())
     assert stats["train"] == {
         "read": 9,
@@ -69,7 +69,7 @@ def test_a_data_file_that_is_not_utf8_is_named(store, tmp_path):
     (src / "train.jsonl").write_bytes('{"question": "caf\xe9", "answer": "1"}\n'.encode("latin-1"))
     _write(src, "test", _rows("q", 2))
     with pytest.raises(MalformedRowError, match=r"train.jsonl: not UTF-8"):
-        run_stage(store, data.STAGE, data.ProblemsData(path=str(src)), {})
+        run_stage(store, data.STAGE, ProblemsData(path=str(src)), {})
 
 
 def test_the_micro_world_counts_its_repeated_prompts(store, tiny_recipe):

@@ -74,7 +74,7 @@ def test_accelerate_command_names_processes_and_the_rank_entry_point(tmp_path):
     assert cmd[1:3] == ["-m", "accelerate.commands.launch"]
     assert cmd[cmd.index("--num_processes") + 1] == "2"
     assert "--cpu" not in cmd  # it would make accelerate start a single process
-    assert cmd[-3:] == ["-m", "r1.launch", str(tmp_path / "spec.json")]
+    assert cmd[-3:] == ["-m", "r1.rank", str(tmp_path / "spec.json")]
     with pytest.raises(FileNotFoundError, match="no/such.yaml"):
         accelerate_command(LaunchConfig(mode="accelerate", config_file="no/such.yaml"), tmp_path, True)
 
@@ -220,7 +220,7 @@ def _grpo_cfg(tiny_recipe, seed: int, launch: LaunchConfig | None = None):
 
 def _mean_length(store, model, task_data, label: str) -> float:
     """Mean completion length on the held-out prompts, from the evaluate stage."""
-    cfg = EvalConfig(k=2, max_new_tokens=24)
+    cfg = EvalConfig(k=2, generation={"max_new_tokens": 24})
     ref = run_stage(store, evaluate.STAGE, cfg, {"model": model, "data": task_data}, label)
     return store.manifest(ref.key)["metrics"]["mean_length"]
 

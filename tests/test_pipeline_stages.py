@@ -8,14 +8,15 @@ import pytest
 from datasets import Dataset, load_from_disk
 
 from r1.rewards import accuracy_reward, preference_reward
-from r1.runner import Stage, plan, run_stage
+from r1.runner import plan, run_stage
+from r1.stage import Stage
 from stages import curate, reward_model, sample
 from stages.curate import CurateConfig
 from stages.grpo import GRPOStageConfig, phased_prompts
 from stages.reward_model import PreferenceConfig, RewardModelConfig
 from stages.sample import SampleConfig
 
-SAMPLE_CFG = SampleConfig(limit=12, n=2, max_new_tokens=16, shard_size=4)
+SAMPLE_CFG = SampleConfig(limit=12, n=2, generation={"max_new_tokens": 16}, shard_size=4)
 
 
 def test_sampling_resumes_at_the_first_unfinished_shard_with_identical_rows(
@@ -57,7 +58,7 @@ def _fake_samples(rows: list[dict]):
     def write(ctx):
         Dataset.from_list(rows).save_to_disk(str(ctx.out_dir))
 
-    return Stage("fake_samples", "1", write)
+    return Stage("fake_samples", "1", write, CurateConfig)
 
 
 def _row(i, completion, answer="5", language="en", prompt="Compute 2+3.", tokens=10, finished=True, j=0):

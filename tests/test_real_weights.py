@@ -38,7 +38,7 @@ def test_answers_are_read_from_gsm8k_math_and_reasoning_gym(tmp_path):
 
 
 def test_gsm8k_splits_are_disjoint_and_general_prompts_load(tmp_path):
-    from stages.data import GSM8KData, problem_splits
+    from data.problems import GSM8KData, problem_splits
 
     def write(name: str, ids: range) -> None:
         rows = [

@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from r1.runner import Stage, plan, provenance, run_stage, stage_key
+from r1.runner import plan, provenance, run_stage, stage_key
+from r1.stage import Stage
 from r1.store import MANIFEST, RemoteStore, Store, open_store
 from tests.test_store import STAGE, Cfg
 
@@ -53,9 +54,11 @@ def test_what_one_machine_commits_another_plans_as_cached_and_reads(remote_url, 
     b = _machine(remote_url, tmp_path, "b")
     assert plan(b, STAGE, Cfg(), {}).status == "cached"
     assert not b.path(ref.key).exists()  # planning downloads nothing
-    child = run_stage(b, Stage("toy2", "1", _copy_parent), Cfg(), {"parent": b.ref(ref.key)})
+    child = run_stage(
+        b, Stage("toy2", "1", _copy_parent, Cfg, inputs=("parent",)), Cfg(), {"parent": b.ref(ref.key)}
+    )
     assert child.file("data.txt").read_text() == "VALUE=1"
-    assert Store.verify(b, ref.key).ok  # the input was downloaded into b's cache, hashes checked
+    assert b.cache.verify(ref.key).ok  # the input was downloaded into b's cache, hashes checked
 
     assert [m["key"] for m in a.list()] == [ref.key, child.key]
     assert a.lineage(child.key) == [(0, "", child.key), (1, "parent", ref.key)]
@@ -73,7 +76,7 @@ def test_an_interrupted_upload_commits_nothing_and_the_next_run_finishes_it(
         calls.append(1)
         STAGE.fn(ctx)
 
-    stage = Stage("toy", "1", counted)
+    stage = Stage("toy", "1", counted, Cfg)
     put = a.fs.put_file
     sent = []
 
@@ -91,7 +94,9 @@ def test_an_interrupted_upload_commits_nothing_and_the_next_run_finishes_it(
     other = _machine(remote_url, tmp_path, "other")
     assert not other.exists(key) and not other.verify(key).ok
     assert a.fs.find(a._remote(key)) == []  # the partial folder was removed
-    assert Store.verify(a, key).ok  # built and committed locally
+    assert a.cache.verify(key).ok  # built and committed locally
+    assert not a.verify(key).ok and a.unpublished(key)  # checking wrote nothing to the store
+    assert plan(a, stage, Cfg(), {}).status == "publishing"
 
     ref = run_stage(a, stage, Cfg(), {})  # the rerun uploads the cached copy instead of rebuilding
     assert len(calls) == 1 and ref.key == key
@@ -109,22 +114,25 @@ def test_a_corrupt_object_is_caught_before_anything_reads_it(remote_url, tmp_pat
     deep = b.verify(ref.key, deep=True)
     assert not deep.ok and "sha256 mismatch in data.txt" in deep.reason
     with pytest.raises(ValueError, match="sha256 mismatch"):
-        run_stage(b, Stage("toy2", "1", _copy_parent), Cfg(), {"parent": b.ref(ref.key)})
-    assert not b.path(ref.key).exists() and not list(b.tmp.iterdir())  # nothing half-copied
+        run_stage(
+            b, Stage("toy2", "1", _copy_parent, Cfg, inputs=("parent",)), Cfg(), {"parent": b.ref(ref.key)}
+        )
+    assert not b.path(ref.key).exists() and not list(b.cache.tmp.iterdir())  # nothing half-copied
 
 
 def test_a_worker_that_loses_the_race_adopts_the_committed_artifact(remote_url, tmp_path):
     a, b = _machine(remote_url, tmp_path, "a"), _machine(remote_url, tmp_path, "b")
-    stage = Stage("toy", "1", lambda ctx: (ctx.out_dir / "data.txt").write_text(uuid.uuid4().hex))
+    stage = Stage("toy", "1", lambda ctx: (ctx.out_dir / "data.txt").write_text(uuid.uuid4().hex), Cfg)
     prov = provenance(stage, Cfg(), {})  # b plans a run, then a commits the same key first
     key = prov.key
     assert plan(b, stage, Cfg(), {}).key == key
     with b.writing(prov) as w:
         (w.path / "data.txt").write_text("b's bytes")
         theirs = run_stage(a, stage, Cfg(), {})
+    b.publish(key)  # b's commit is in its cache; publishing finds a's and adopts it
     assert theirs.key == key
     assert b.path(key).joinpath("data.txt").read_text() == theirs.file("data.txt").read_text()
-    assert b.manifest(key) == a.manifest(key) and Store.verify(b, key).ok
+    assert b.manifest(key) == a.manifest(key) and b.cache.verify(key).ok
 
 
 def test_a_multi_machine_launch_is_refused_on_an_object_store(tmp_path):
@@ -134,4 +142,4 @@ def test_a_multi_machine_launch_is_refused_on_an_object_store(tmp_path):
     store = _machine("memory://multi/runs", tmp_path, "a")
     launch = LaunchConfig(mode="accelerate", num_processes=2, num_machines=2)
     with pytest.raises(LaunchError, match="shared filesystem"):
-        run_stage(store, Stage("sft", "1", STAGE.fn), SFTStageConfig(launch=launch), {})
+        run_stage(store, Stage("sft", "1", STAGE.fn, SFTStageConfig), SFTStageConfig(launch=launch), {})

@@ -15,6 +15,7 @@ from flows.recipes import load
 from r1.config import read_yaml
 from r1.generation import SamplingConfig, VLLMSettings, make_backend, vllm_sampling_kwargs
 from r1.launch import LaunchConfig
+from r1.supervised import sft_args
 from r1.training import peft_config
 from stages import grpo, sft
 from stages.reward_model import RewardModelConfig, reward_args
@@ -45,7 +46,7 @@ def test_every_recipe_loads_and_builds_its_trainer_configs(path, tmp_path):
             reward_args(section, tmp_path / name)
         else:
             assert (
-                sft.sft_args(section, tmp_path / name, section.completion_only_loss).max_steps
+                sft_args(section, tmp_path / name, section.completion_only_loss).max_steps
                 == section.max_steps
             )
         lora = getattr(section, "lora", None)

@@ -97,14 +97,14 @@ def test_grpo_resumes_from_its_checkpoint_after_a_failure(tiny_world, tiny_recip
 
 def test_evaluate_measures_and_report_tabulates(tiny_world, tmp_path):
     store, task_data, base_model = tiny_world
-    cfg = EvalConfig(k=2, max_new_tokens=16, limit=8)
+    cfg = EvalConfig(k=2, generation={"max_new_tokens": 16}, limit=8)
     ref = run_stage(store, evaluate.STAGE, cfg, {"model": base_model, "data": task_data}, "eval:base")
     m = json.loads(ref.file("metrics.json").read_text())
     for k in ("accuracy", "pass@1", "pass@k", "maj@k", "format_rate", "mean_length", "lang_consistency"):
-        assert 0 <= m[k] <= (cfg.max_new_tokens if k == "mean_length" else 1)
+        assert 0 <= m[k] <= (cfg.generation.max_new_tokens if k == "mean_length" else 1)
     assert m["n_problems"] == 8 and m["k"] == 2 and m["pass@k"] >= m["pass@1"]
-    rcfg = report.ReportConfig(order=["base"], curves=[])
-    rep = run_stage(store, report.STAGE, rcfg, {"eval/base": ref}, "report")
+    rcfg = report.ReportConfig(evaluations=["base"])
+    rep = run_stage(store, report.STAGE, rcfg, report.report_inputs({"base": ref}), "report")
     data = json.loads(rep.file("report.json").read_text())
     assert data["stages"]["base"]["accuracy"] == m["accuracy"]
     assert "| base |" in rep.file("report.md").read_text()

@@ -8,7 +8,8 @@ import shutil
 import pytest
 
 from r1.config import Section
-from r1.runner import Stage, plan, run_stage
+from r1.runner import plan, run_stage
+from r1.stage import Stage
 from r1.store import MANIFEST, artifact_key
 
 
@@ -23,7 +24,8 @@ def _write(ctx):
     ctx.metrics["value"] = ctx.config.value
 
 
-STAGE = Stage("toy", "1", _write)
+STAGE = Stage("toy", "1", _write, Cfg)
+CHILD = Stage("toy2", "1", _write, Cfg, inputs=("parent",))
 
 
 def test_key_is_stable_and_covers_identity():
@@ -57,7 +59,7 @@ def test_crash_leaves_no_visible_artifact(store):
         raise RuntimeError("killed mid-write")
 
     with pytest.raises(RuntimeError):
-        run_stage(store, Stage("toy", "1", boom), Cfg(), {})
+        run_stage(store, Stage("toy", "1", boom, Cfg), Cfg(), {})
     key = plan(store, STAGE, Cfg(), {}).key
     assert not store.path(key).exists()
     assert not list(store.tmp.iterdir())
@@ -99,7 +101,7 @@ def test_manifest_for_another_key_fails(store):
 
 def test_lineage_walks_inputs(store):
     a = run_stage(store, STAGE, Cfg(value=1), {})
-    b = run_stage(store, Stage("toy2", "1", _write), Cfg(value=2), {"parent": a})
+    b = run_stage(store, CHILD, Cfg(value=2), {"parent": a})
     rows = store.lineage(b.key)
     assert rows == [(0, "", b.key), (1, "parent", a.key)]
     assert [m["key"] for m in store.list()] == [a.key, b.key] or {m["key"] for m in store.list()} == {
@@ -117,6 +119,7 @@ def test_store_roots_are_paths_or_file_urls(tmp_path):
 
 
 def test_an_edited_outside_file_gives_a_new_key_and_the_manifest_says_what_was_read(store, tmp_path):
+    from data.problems import ProblemsData
     from stages import data
 
     src = tmp_path / "problems"
@@ -128,7 +131,7 @@ def test_an_edited_outside_file_gives_a_new_key_and_the_manifest_says_what_was_r
             (src / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     write(0)
-    cfg = data.ProblemsData(path=str(src))
+    cfg = ProblemsData(path=str(src))
     first = run_stage(store, data.STAGE, cfg, {})
     read = store.manifest(first.key)["external"]["path"]
     assert read["path"] == str(src.resolve()) and read["files"] == 2 and len(read["sha256"]) == 64
@@ -160,7 +163,7 @@ def test_symlinks_and_edited_manifests_fail_verification(store, tmp_path):
 
 def test_lineage_survives_a_cycle_in_edited_manifests(store):
     a = run_stage(store, STAGE, Cfg(value=1), {})
-    b = run_stage(store, Stage("toy2", "1", _write), Cfg(value=2), {"parent": a})
+    b = run_stage(store, CHILD, Cfg(value=2), {"parent": a})
     mpath = store.path(a.key) / MANIFEST
     m = json.loads(mpath.read_text())
     m["inputs"] = {"child": b.key}
@@ -200,7 +203,7 @@ def test_two_runs_of_one_stage_build_it_once_and_neither_fails(store):
         time.sleep(1.0)
         _write(ctx)
 
-    stage = Stage("toy", "1", slow)
+    stage = Stage("toy", "1", slow, Cfg)
     results, errors = [], []
 
     def run():
@@ -217,3 +220,21 @@ def test_two_runs_of_one_stage_build_it_once_and_neither_fails(store):
         t.join()
     assert not errors and len(results) == 2 and results[0] == results[1]
     assert len(calls) == 1 and store.verify(results[0]).ok
+
+
+def test_plan_refuses_a_call_that_does_not_match_what_the_stage_declares(store):
+    """A wiring mistake fails when the stage is planned, before anything runs or is written."""
+    from r1.stage import StageInputError
+    from stages import evaluate, grpo
+
+    a = run_stage(store, STAGE, Cfg(), {})
+    with pytest.raises(StageInputError, match=r"missing \['parent'\]"):
+        plan(store, CHILD, Cfg(), {})
+    with pytest.raises(StageInputError, match=r"unexpected \['extra'\]"):
+        plan(store, CHILD, Cfg(), {"parent": a, "extra": a})
+    with pytest.raises(StageInputError, match="reads a EvalConfig config, not Cfg"):
+        plan(store, evaluate.STAGE, Cfg(), {"model": a, "data": a})
+    plan(store, grpo.STAGE, grpo.GRPOStageConfig(), {"model": a, "data": a, "reward_model": a})  # optional
+    with pytest.raises(StageInputError, match=r"missing \['data'\]"):
+        run_stage(store, grpo.STAGE, grpo.GRPOStageConfig(), {"model": a})
+    assert len(store.list()) == 1 and not list(store.work.glob("*"))
