@@ -225,7 +225,9 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError, source: 
             fields = getattr(section, "model_fields", {}) or {}
             close = difflib.get_close_matches(str(loc[-1]), list(fields), n=1)
             # a key that moved into a sub-section (eval.temperature -> eval.generation.temperature)
-            moved = [n for n, f in fields.items() for m in _models_in(f.annotation) if loc[-1] in m.model_fields]
+            moved = [
+                n for n, f in fields.items() for m in _models_in(f.annotation) if loc[-1] in m.model_fields
+            ]
             hint = [*parent, close[0]] if close else [*parent, moved[0], str(loc[-1])] if moved else None
             hint = f" (did you mean {'.'.join(hint)!r}?)" if hint else ""
             lines.append(f"  {dotted}: unknown key{hint}")

@@ -110,7 +110,10 @@ def test_cli_fails_fast_naming_the_key_and_writes_nothing(tmp_path):
         ("name=../../victim.txt", "must start with a letter or digit"),
         ("name=/etc/passwd", "must start with a letter or digit"),
         ("name=a/b", "names the report folder"),
-        ("eval.temperature=0.6", "eval.temperature: unknown key (did you mean 'eval.generation.temperature'?)"),
+        (
+            "eval.temperature=0.6",
+            "eval.temperature: unknown key (did you mean 'eval.generation.temperature'?)",
+        ),
         ("eval.generation.temperature=0", "the k samples are sampled"),
     ],
 )
