@@ -3,7 +3,8 @@
     python bench/generation_throughput.py [--model DIR] [--prompts 256] [--n 4]
 
 Generates n samples for each prompt of the held-out split with the backend the pipeline uses
-(batched ``generate``, KV cache) and counts generated tokens per second. The bound is measured in
+(the fast engine, ``r1/decode.py``, for Llama-family models) and counts generated tokens per
+second, then the same batches through ``model.generate`` (the ratio is what the engine buys). The bound is measured in
 the same run: one batched forward pass (teacher forcing, no cache) over exactly the generated
 sequences, i.e. the same tokens. The ratio forward-bound / generation says how far autoregressive
 decoding is from the cost of simply scoring those tokens. Default model: the teacher of the
@@ -57,6 +58,12 @@ def main() -> None:
     groups = backend.generate(prompts, args.n, sampling, seed=0)
     t_gen = time.monotonic() - t
     generated = sum(g.num_tokens for group in groups for g in group)
+    engine, backend.sampler = backend.sampler, None  # the same batches through model.generate
+    t = time.monotonic()
+    plain = backend.generate(prompts, args.n, sampling, seed=0)
+    t_plain = time.monotonic() - t
+    backend.sampler = engine
+    generated_plain = sum(g.num_tokens for group in plain for g in group)
 
     # The same tokens in one teacher-forced pass per generate-sized batch (prompt + completion).
     texts = [render_prompt(tok, p) + g.text for p, group in zip(prompts, groups, strict=True) for g in group]
@@ -74,6 +81,11 @@ def main() -> None:
     )
     print(
         f"generation: {len(texts)} sequences, {generated} new tokens in {t_gen:.2f} s = {generated / t_gen:,.0f} tokens/s"
+        f" ({'fast engine' if engine is not None else 'model.generate'})"
+    )
+    print(
+        f"model.generate: {generated_plain} new tokens in {t_plain:.2f} s = {generated_plain / t_plain:,.0f} tokens/s;"
+        f" ratio engine / generate tokens/s = {(generated / t_gen) / (generated_plain / t_plain):.2f}"
     )
     print(
         f"forward bound: same sequences, one pass per batch in {t_fwd:.2f} s = {generated / t_fwd:,.0f} tokens/s"

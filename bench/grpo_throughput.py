@@ -34,14 +34,12 @@ def direct(model_dir: str, data_dir: str, cfg, steps: int, out: str) -> float:
     ``grpo_args`` builds the arguments (so the baseline cannot drift from the stage's knobs); only
     checkpointing is off, as a user timing TRL would run it.
     """
-    import dataclasses
-
     from datasets import load_from_disk
     from trl import GRPOTrainer
 
     from r1.rewards import build_rewards
 
-    args = dataclasses.replace(grpo.grpo_args(cfg, out), save_strategy="no")
+    args = grpo.grpo_args(cfg.model_copy(update={"trl_args": {**cfg.trl_args, "save_strategy": "no"}}), out)
     funcs, _ = build_rewards(cfg.rewards)
     trainer = GRPOTrainer(
         model=load_model(model_dir),

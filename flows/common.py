@@ -155,8 +155,11 @@ def apply_runtime(runtime: Runtime) -> None:
     """Apply the recipe's runtime section to this process (threads, hub access)."""
     import torch
 
+    from r1.cores import set_max_threads
+
     if runtime.num_threads:
         torch.set_num_threads(runtime.num_threads)
+    set_max_threads(torch.get_num_threads())
     if runtime.hf_offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
 

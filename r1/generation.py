@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from r1.config import Section, unhashed
+from r1.cores import adapt
 
 Prompt = str | list[dict[str, Any]]
 
@@ -64,10 +65,42 @@ class TransformersBackend:
     """Batched ``model.generate`` with left padding and a KV cache (CPU default, any device works)."""
 
     def __init__(self, model, tokenizer, batch_size: int = 256) -> None:
+        from r1.decode import FastSampler, supports
+
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         self.batch_size = batch_size  # sequences (prompts x n) per generate call
+        # Llama-family models sample through the fast engine (same distribution, less overhead).
+        self.sampler = FastSampler(self.model) if supports(self.model) else None
+
+    def _generate_fast(
+        self, texts: list[str], n: int, sampling: SamplingConfig, seed: int, per_call: int
+    ) -> list[list[Generated]]:
+        import torch
+
+        eos = self.tokenizer.eos_token_id
+        out: list[list[Generated]] = []
+        for start in range(0, len(texts), per_call):
+            adapt()  # share the cores with whatever else runs
+            chunk = texts[start : start + per_call]
+            ids = self.tokenizer(chunk, add_special_tokens=False)["input_ids"]
+            torch.manual_seed(batch_seed(seed, chunk[0], start))
+            completions = self.sampler.generate(
+                [row for row in ids for _ in range(n)],
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_ids=[eos],
+                pad_token_id=self.tokenizer.pad_token_id,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+            )
+            for i in range(len(chunk)):
+                group = []
+                for c in completions[i * n : (i + 1) * n]:
+                    text = self.tokenizer.decode(c, skip_special_tokens=True)
+                    group.append(Generated(text, len(c), eos in c))
+                out.append(group)
+        return out
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
@@ -78,7 +111,10 @@ class TransformersBackend:
         per_call = max(1, self.batch_size // n)
         out: list[list[Generated]] = []
         eos = self.tokenizer.eos_token_id
+        if self.sampler is not None:
+            return self._generate_fast(texts, n, sampling, seed, per_call)
         for start in range(0, len(texts), per_call):
+            adapt()
             chunk = texts[start : start + per_call]
             enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(self.model.device) for k, v in enc.items()}

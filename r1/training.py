@@ -255,8 +255,11 @@ def run_trainer(ctx, trainer, tokenizer, progress: dict[str, str], every: int, c
     as a Hugging Face folder and the per-step log as ``train_log.jsonl``; the log is returned
     for the stage's own metrics.
     """
+    from r1.cores import ShareCores
+
     quiet_trainer(trainer)
     trainer.add_callback(ProgressPrinter(ctx.label, every, progress))
+    trainer.add_callback(ShareCores())  # as many threads as the other processes leave cores
     for callback in callbacks:
         trainer.add_callback(callback)
     train_with_resume(trainer, ctx.work_dir)

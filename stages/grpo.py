@@ -90,6 +90,11 @@ class GRPOStageConfig(Section):
         None, description="train LoRA adapters instead of every weight", **new_option()
     )
     trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.GRPOConfig")
+    engine: Literal["fast", "trl"] = Field(
+        "fast",
+        description="fast: TRL's trainer with the CPU rollout engine and length-chunked log-probs "
+        "(r1/grpo_trainer.py); trl: trl.GRPOTrainer as it is",
+    )
     launch: LaunchConfig = Field(default_factory=LaunchConfig, **unhashed())
 
     @model_validator(mode="after")
@@ -206,8 +211,11 @@ def rollout_kwargs(cfg: GRPOStageConfig) -> dict[str, Any]:
 
 
 def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, reward_context=None):
-    """A GRPOTrainer over ``dataset`` with the recipe's rewards and knobs."""
-    from trl import GRPOTrainer
+    """A GRPOTrainer over ``dataset`` with the recipe's rewards and knobs (``engine`` picks which)."""
+    if cfg.engine == "fast":
+        from r1.grpo_trainer import GRPOTrainer
+    else:
+        from trl import GRPOTrainer
 
     funcs, _ = build_rewards(cfg.rewards, reward_context)
     args = grpo_args(cfg, work_dir)
