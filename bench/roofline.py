@@ -28,19 +28,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from r1.store import Store  # noqa: E402
 
 
-def matmul_rate(threads: int, seconds: float = 2.0) -> float:
-    """This machine's fp32 GFLOP/s on a large square matmul (what the cores can do)."""
+def matmul_rate(
+    threads: int, seconds: float = 2.0, shape: tuple[int, int, int] = (1024, 1024, 1024)
+) -> float:
+    """This machine's fp32 GFLOP/s on an (m x k) @ (k x n) matmul (default: what the cores can do)."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    m, k, n_ = shape
+    a, b = torch.randn(m, k), torch.randn(k, n_)
     for _ in range(3):
         a @ b
     n, t = 0, time.perf_counter()
     while time.perf_counter() - t < seconds:
         a @ b
         n += 1
-    return 2 * 1024**3 * n / (time.perf_counter() - t) / 1e9
+    return 2 * m * k * n_ * n / (time.perf_counter() - t) / 1e9
 
 
 def model_shape(checkpoint: Path) -> dict:
@@ -125,6 +128,15 @@ def main() -> None:
     stages = lineage_by_stage(store, link.resolve().name)
     peak = matmul_rate(args.threads)
     print(f"fp32 matmul rate on {args.threads} threads: {peak:.0f} GFLOP/s (1024^3, measured now)")
+    base = next((m for m in stages.get("base", []) if m["config"].get("kind") == "micro"), None)
+    if base is not None:  # what the model's own matmuls reach: the bound for this model size
+        cfg = json.loads((store.path(base["key"]) / "config.json").read_text())
+        d, inner = cfg["hidden_size"], cfg["intermediate_size"]
+        for rows, what in ((4096, "training / scoring"), (64, "one decode step, 64 rows")):
+            rate = matmul_rate(args.threads, 1.0, (rows, d, inner))
+            print(
+                f"  the model's MLP matmul ({rows} x {d} x {inner}, {what}): {rate:.0f} GFLOP/s = {rate / peak:.0%}"
+            )
     print(
         f"{'stage':<22}{'wall s':>8}{'tokens':>11}{'GFLOP':>9}{'GFLOP/s':>9}{'of peak':>9}{'gen tok/s':>11}"
     )

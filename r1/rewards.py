@@ -17,6 +17,7 @@ import difflib
 import functools
 import importlib
 import inspect
+import json
 import logging
 import math
 import os
@@ -24,7 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from r1.answers import DEFAULT_TIMEOUT_S, Deadline, answers_match, extract_answer
 from r1.config import new_option
@@ -267,11 +268,61 @@ def preference_reward(
     return out
 
 
+def _group_key(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+
+
+def kimi_length_reward(
+    completions: Sequence[Completion],
+    answer: Sequence[str | None],
+    prompts: Sequence[Any] | None = None,
+    completion_ids: Sequence[Sequence[int]] | None = None,
+    trainer_state: Any = None,
+    warmup_steps: int = 0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    **_: Any,
+) -> list[float | None]:
+    """Kimi k1.5's length reward: within each prompt's group, shorter correct answers earn more.
+
+    ``lambda = 0.5 - (len - min_len) / (max_len - min_len)`` over the group's completions; a
+    correct completion gets ``lambda``, a wrong one ``min(0, lambda)`` (long wrong answers are
+    penalised, short ones not rewarded). A group whose lengths are all equal gets 0. Lengths are
+    tokens when the trainer passes ``completion_ids`` (TRL does), else characters. Before
+    ``warmup_steps`` training steps it scores 0: Kimi adds it after a warm-up, as it slows early
+    training. Rows without a reference answer get None.
+    """
+    n = len(completions)
+    if trainer_state is not None and getattr(trainer_state, "global_step", 0) < warmup_steps:
+        return [0.0] * n
+    lengths = (
+        [len(ids) for ids in completion_ids]
+        if completion_ids is not None
+        else [len(completion_text(c)) for c in completions]
+    )
+    correct = accuracy_reward(completions, answer, timeout_s=timeout_s)
+    groups: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts if prompts is not None else [None] * n):
+        groups.setdefault(_group_key(prompt), []).append(i)
+    out: list[float | None] = [None] * n
+    for rows in groups.values():
+        lo, hi = min(lengths[i] for i in rows), max(lengths[i] for i in rows)
+        for i in rows:
+            lam = 0.5 - (lengths[i] - lo) / (hi - lo) if hi > lo else 0.0
+            out[i] = None if correct[i] is None else lam if correct[i] == 1.0 else min(0.0, lam)
+    return out
+
+
 REGISTRY: dict[str, RewardFn] = {
     "accuracy": accuracy_reward,
     "format": format_reward,
     "language_consistency": language_consistency_reward,
     "preference": preference_reward,
+    "kimi_length": kimi_length_reward,
+}
+# Rewards made by a factory from the spec's kwargs (TRL's are callables built per configuration).
+FACTORIES: dict[str, str] = {
+    "soft_overlong": "trl.rewards:get_soft_overlong_punishment",  # DAPO's soft overlong punishment
+    "cosine_scaled": "trl.rewards:get_cosine_scaled_reward",
 }
 
 
@@ -325,31 +376,45 @@ def lookup_reward(name: str, allow_modules: tuple[str, ...] | None = None) -> Re
         if not callable(fn):
             raise KeyError(f"reward {name!r} is not callable")
         return fn
+    if name in FACTORIES:
+        return lookup_reward(FACTORIES[name])
     if name not in REGISTRY:
-        close = difflib.get_close_matches(name, list(REGISTRY), n=1)
+        known = [*REGISTRY, *FACTORIES]
+        close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise KeyError(f"unknown reward {name!r}{hint}; known: {sorted(REGISTRY)} or module:function")
+        raise KeyError(f"unknown reward {name!r}{hint}; known: {sorted(known)} or module:function")
     return REGISTRY[name]
 
 
-def reward_parameters(fn: RewardFn) -> list[str]:
-    """The named parameters a recipe may bind (everything but ``completions`` and ``*args/**kw``)."""
+def is_factory(spec: RewardSpec) -> bool:
+    """Whether the spec names a factory: its kwargs build the reward, which then takes none."""
+    return spec.factory or spec.name in FACTORIES
+
+
+def reward_parameters(fn: RewardFn, factory: bool = False) -> list[str]:
+    """The named parameters a recipe may bind (a reward's, but ``completions``; a factory's, all)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # a builtin or C callable: nothing to check against
         return []
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in params if p.kind in kinds and p.name != "completions"]
+    return [p.name for p in params if p.kind in kinds and (factory or p.name != "completions")]
 
 
-def check_reward_kwargs(name: str, fn: RewardFn, kwargs: dict[str, Any]) -> None:
-    """Raise ``ValueError`` for a keyword the reward does not take (a typo would be ignored)."""
-    known = reward_parameters(fn)
+def check_reward_kwargs(name: str, fn: RewardFn, kwargs: dict[str, Any], factory: bool = False) -> None:
+    """Raise ``ValueError`` for a keyword the reward (or its factory) does not take, or one it needs."""
+    known = reward_parameters(fn, factory)
     for key in kwargs:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"reward {name!r} takes no argument {key!r}{hint}; it takes {known}")
+            what = "reward factory" if factory else "reward"
+            raise ValueError(f"{what} {name!r} takes no argument {key!r}{hint}; it takes {known}")
+    if factory:
+        try:
+            inspect.signature(fn).bind(**kwargs)
+        except TypeError as e:
+            raise ValueError(f"reward factory {name!r}: {e}") from None
     check = getattr(fn, "check_kwargs", None)
     if check is not None:
         check(kwargs)
@@ -372,6 +437,11 @@ class RewardSpec(BaseModel):
         description="a NaN or infinite score: stop the step naming the reward, or count it and use 0",
         **new_option(),
     )
+    factory: bool = Field(
+        False,
+        description="module:function is a factory: kwargs build the reward (registry factories know it)",
+        **new_option(),
+    )
 
     @field_validator("name")
     @classmethod
@@ -382,13 +452,12 @@ class RewardSpec(BaseModel):
             raise ValueError(e.args[0]) from None
         return name
 
-    @field_validator("kwargs")
-    @classmethod
-    def _bind(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        name = info.data.get("name")
-        if name is not None:  # else the name already failed
-            check_reward_kwargs(name, lookup_reward(name, _allow_from(info)), kwargs)
-        return kwargs
+    @model_validator(mode="after")
+    def _bind(self, info: ValidationInfo) -> RewardSpec:
+        check_reward_kwargs(
+            self.name, lookup_reward(self.name, _allow_from(info)), self.kwargs, is_factory(self)
+        )
+        return self
 
 
 def _allow_from(info: ValidationInfo) -> tuple[str, ...] | None:
@@ -436,13 +505,16 @@ def build_reward(spec: RewardSpec, context: dict[str, Any] | None = None) -> Rew
     the NaN/inf scores replaced by 0 under ``on_nonfinite: zero``.
     """
     fn = lookup_reward(spec.name)
+    bound = spec.kwargs
+    if is_factory(spec):  # the factory takes the spec's kwargs; the reward it makes takes none
+        fn, bound = fn(**spec.kwargs), {}
     extra = context or {}
     stats = {"nonfinite": 0}
 
     @functools.wraps(fn)
     def reward(completions, **columns):
         try:
-            scores = fn(completions, **{**columns, **extra, **spec.kwargs})
+            scores = fn(completions=completions, **{**columns, **extra, **bound})
         except Exception as e:
             sample = completion_text(completions[0])[:120] if completions else ""
             raise RewardError(

@@ -31,6 +31,34 @@ from r1.training import (
 )
 
 
+class DynamicSampling(Section):
+    """DAPO's dynamic sampling: drop groups whose rewards all agree, refill with fresh prompts."""
+
+    enabled: bool = False
+    max_rounds: int = Field(3, ge=1, description="extra rollouts allowed per step to refill the batch")
+
+
+class Curriculum(Section):
+    """Kimi k1.5's difficulty curriculum: prompts drawn by their measured pass rate."""
+
+    enabled: bool = False
+    reward: str = Field("accuracy", description="the reward whose scores measure a prompt's pass rate")
+    start_target: float = Field(0.75, ge=0, le=1, description="pass rate preferred first (easy)")
+    end_target: float = Field(0.25, ge=0, le=1, description="pass rate preferred last (hard but solvable)")
+    width: float = Field(0.2, gt=0, description="how sharply sampling prefers the target")
+    floor: float = Field(0.05, gt=0, description="weight of prompts far from it (they are re-measured)")
+
+
+class HeldoutEval(Section):
+    """Held-out pass@1 measured while training (R1's Figure 2): every ``every`` steps, ``limit`` problems."""
+
+    every: int = Field(0, ge=0, description="steps between measurements; 0 measures nothing")
+    split: str = "test"
+    limit: int = Field(100, gt=0)
+    k: int = Field(2, gt=0, description="samples per problem")
+    temperature: float = Field(1.0, gt=0)
+
+
 class GRPOStageConfig(Section):
     split: str = "train"
     max_steps: int = Field(300, gt=0)
@@ -90,6 +118,9 @@ class GRPOStageConfig(Section):
         None, description="train LoRA adapters instead of every weight", **new_option()
     )
     trl_args: dict[str, Any] = Field(default_factory=dict, description="passed verbatim to trl.GRPOConfig")
+    dynamic_sampling: DynamicSampling = Field(default_factory=DynamicSampling, **new_option())
+    curriculum: Curriculum = Field(default_factory=Curriculum, **new_option())
+    heldout_eval: HeldoutEval = Field(default_factory=HeldoutEval, **new_option())
     engine: Literal["fast", "trl"] = Field(
         "fast",
         description="fast: TRL's trainer with the CPU rollout engine and length-chunked log-probs "
@@ -109,7 +140,32 @@ class GRPOStageConfig(Section):
         return check_trl_args("GRPOConfig", v)
 
     def task_splits(self) -> dict[str, str]:
-        return {"split": self.split, **({"general_split": self.general_split} if self.general_split else {})}
+        splits = {
+            "split": self.split,
+            **({"general_split": self.general_split} if self.general_split else {}),
+        }
+        return {
+            **splits,
+            **({"heldout_eval.split": self.heldout_eval.split} if self.heldout_eval.every else {}),
+        }
+
+    @model_validator(mode="after")
+    def _variants(self) -> GRPOStageConfig:
+        if self.curriculum.enabled and self.general_split:
+            raise ValueError(
+                "curriculum draws training prompts itself: it cannot follow general_split's schedule"
+            )
+        if self.curriculum.enabled and self.curriculum.reward not in [
+            s.name.rsplit(":", 1)[-1] for s in self.rewards
+        ]:
+            raise ValueError(
+                f"curriculum.reward {self.curriculum.reward!r} is not one of the stage's rewards"
+            )
+        if self.dynamic_sampling.enabled and self.prompts_per_step % self.launch.num_processes:
+            raise ValueError(
+                "dynamic sampling needs whole groups per process: prompts_per_step % num_processes"
+            )
+        return self
 
 
 PHASED_COLUMNS = ("prompt", "answer", "language", "kind")
@@ -211,12 +267,11 @@ def rollout_kwargs(cfg: GRPOStageConfig) -> dict[str, Any]:
 
 
 def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, reward_context=None):
-    """A GRPOTrainer over ``dataset`` with the recipe's rewards and knobs (``engine`` picks which)."""
-    if cfg.engine == "fast":
-        from r1.grpo_trainer import GRPOTrainer
-    else:
-        from trl import GRPOTrainer
+    """A GRPOTrainer over ``dataset`` with the recipe's rewards and knobs (``engine`` picks the speed-ups)."""
+    from r1.grpo_trainer import GRPOTrainer
 
+    if cfg.curriculum.enabled and "prompt_index" not in dataset.column_names:
+        dataset = dataset.add_column("prompt_index", list(range(len(dataset))))
     funcs, _ = build_rewards(cfg.rewards, reward_context)
     args = grpo_args(cfg, work_dir)
     return GRPOTrainer(
@@ -226,6 +281,9 @@ def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, rewa
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config(cfg.lora),
+        fast=cfg.engine == "fast",
+        dynamic_rounds=cfg.dynamic_sampling.max_rounds if cfg.dynamic_sampling.enabled else None,
+        curriculum=cfg.curriculum if cfg.curriculum.enabled else None,
     )
 
 
@@ -242,7 +300,13 @@ def run_grpo(ctx: StageContext) -> None:
     counted = [
         f for f, spec in zip(trainer.reward_funcs, cfg.rewards, strict=True) if spec.on_nonfinite == "zero"
     ]
-    extras = [LogExtras(_nonfinite_counts(counted))] if counted else []
+    extras = [LogExtras(_generation_counts(trainer, counted))]
+    if cfg.heldout_eval.every:
+        from r1.grpo_trainer import heldout_callback
+
+        h = cfg.heldout_eval
+        rows = [dict(r) for r in data[h.split].select(range(min(h.limit, len(data[h.split]))))]
+        extras.append(heldout_callback(trainer, rows, h.every, h.k, h.temperature))
     history = run_trainer(ctx, trainer, tokenizer, _progress_keys(cfg), cfg.print_every, extras)
     steps = [h for h in history if "reward" in h]
     ctx.metrics.update(
@@ -258,12 +322,14 @@ def run_grpo(ctx: StageContext) -> None:
         }
 
 
-def _nonfinite_counts(funcs):
-    """Per log row: how many NaN/inf scores each reward replaced by 0 since the previous row."""
+def _generation_counts(trainer, funcs):
+    """Per log row: tokens generated since the previous row, and NaN/inf scores each ``on_nonfinite:
+    zero`` reward replaced by 0."""
     seen = {f.__name__: 0 for f in funcs}
 
     def extras() -> dict[str, int]:
-        out = {}
+        out = {"generation/tokens": trainer.generated_tokens}
+        trainer.generated_tokens = 0
         for f in funcs:
             total = f.stats["nonfinite"]
             out[f"rewards/{f.__name__}/nonfinite"] = total - seen[f.__name__]
