@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from data.worlds import DataConfig, MicroWorldData
 from flows.common import Runtime
-from r1.config import Section, load_recipe, task_split_uses
+from r1.config import Section, deep_merge, load_recipe, task_split_uses
 from stages.base import BaseConfig, MicroBase
 from stages.curate import CurateConfig
 from stages.data import splits_of
@@ -22,6 +22,7 @@ from stages.evaluate import EvalConfig
 from stages.grpo import GRPOStageConfig
 from stages.reward_model import PreferenceConfig, RewardModelConfig
 from stages.sample import SampleConfig
+from stages.selection import SelectionConfig
 from stages.sft import SFTStageConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -197,3 +198,49 @@ def load(
     if recipe.flow != expected:
         raise ConfigError(f"recipe {path} is for flow {recipe.flow!r}, not {flow!r}")
     return recipe
+
+
+class Variant(Section):
+    """One GRPO variant of an ablation: overrides of the recipe's ``grpo`` section, and its prompts."""
+
+    grpo: dict[str, Any] = Field(default_factory=dict, description="fields of the grpo section to change")
+    prompts: Literal["all", "selected"] = Field(
+        "all", description="selected: the prompts the selection stage keeps (Qwen3's curated set)"
+    )
+    note: str = Field("", description="one line for the report: what this variant changes")
+
+
+class Ablation(Section):
+    """Named GRPO variants trained from the same base on the same prompts, over seeds."""
+
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=2)
+    baseline: str = Field("grpo", description="the variant whose final held-out pass@1 the others race")
+    variants: dict[str, Variant] = Field(default_factory=dict)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+
+
+class AblateRecipe(R1ZeroRecipe):
+    """The ablation: every variant's GRPO from the R1-Zero recipe's base, evaluated the same way."""
+
+    flow: Literal["ablate"] = "ablate"
+    name: str = "ablate"
+    ablation: Ablation = Field(default_factory=Ablation)
+
+    def variant_grpo(self, name: str) -> GRPOStageConfig:
+        """The recipe's GRPO section with the variant's overrides (nested sections merged)."""
+        merged = deep_merge(self.grpo.model_dump(), self.ablation.variants[name].grpo)
+        return GRPOStageConfig.model_validate(merged)
+
+    @model_validator(mode="after")
+    def _variants(self) -> AblateRecipe:
+        if not self.ablation.variants:
+            raise ValueError("ablation.variants is empty")
+        if self.ablation.baseline not in self.ablation.variants:
+            raise ValueError(f"ablation.baseline {self.ablation.baseline!r} is not one of the variants")
+        for name in self.ablation.variants:
+            try:
+                self.variant_grpo(name)
+            except ValidationError as e:
+                problems = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+                raise ValueError(f"ablation.variants.{name}.grpo: {problems}") from None
+        return self

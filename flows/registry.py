@@ -62,6 +62,13 @@ FLOWS: dict[str, FlowSpec] = {
             "the four R1 stages: cold start, reasoning GRPO, rejection-sampled SFT, all-scenario GRPO",
         ),
         FlowSpec(
+            "ablate",
+            "flows.recipes:AblateRecipe",
+            CONFIGS / "ablate.yaml",
+            "flows.ablate:ablate",
+            "GRPO variants (GRPO, Dr. GRPO, DAPO, GSPO, Kimi, Qwen3-style data, curriculum) over seeds",
+        ),
+        FlowSpec(
             "distill-data",
             "flows.recipes:DistillRecipe",
             CONFIGS / "distill.yaml",

@@ -84,7 +84,7 @@ def _hashable_value(value: Any) -> Any:
     return value
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
+def deep_merge(base: dict, over: dict) -> dict:
     """``over`` on top of ``base``; a section that changes its ``kind`` replaces the inherited one."""
     out = dict(base)
     for k, v in over.items():
@@ -92,7 +92,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
         mergeable = isinstance(v, dict) and isinstance(old, dict)
         if mergeable and "kind" in v and v["kind"] != old.get("kind", v["kind"]):
             mergeable = False  # e.g. base: {kind: pretrained} over a micro base's model settings
-        out[k] = _deep_merge(old, v) if mergeable else v
+        out[k] = deep_merge(old, v) if mergeable else v
     return out
 
 
@@ -123,7 +123,7 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     parent = data.pop("inherit", None)
     if parent is None:
         return data
-    return _deep_merge(read_yaml(path.parent / parent, (*_seen, resolved)), data)
+    return deep_merge(read_yaml(path.parent / parent, (*_seen, resolved)), data)
 
 
 def apply_override(data: dict, override: str) -> dict:

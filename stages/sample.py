@@ -9,17 +9,13 @@ exactly the rows of an uninterrupted run: each shard's sampling is seeded by its
 
 from __future__ import annotations
 
-import os
-import shutil
-
 from pydantic import Field
 
 from r1.config import Section
 from r1.generation import GenerationSettings
 from r1.rewards import RewardSpec, build_rewards
+from r1.shards import finished_shards, run_in_shards
 from r1.stage import Stage, StageContext
-
-_SHARD = "shard-{:05d}"
 
 
 class SampleConfig(Section):
@@ -40,12 +36,6 @@ class SampleConfig(Section):
 
     def task_splits(self) -> dict[str, str]:
         return {"split": self.split}
-
-
-def finished_shards(work_dir) -> int:
-    """Shards already committed in ``work_dir`` (``Stage.resume_step`` for sampling)."""
-    shards = work_dir / "shards"
-    return len(list(shards.glob("shard-*"))) if shards.is_dir() else 0
 
 
 def _shard_rows(prompts: list[dict], start: int, groups, rewards, model_key: str) -> list[dict]:
@@ -75,36 +65,23 @@ def _shard_rows(prompts: list[dict], start: int, groups, rewards, model_key: str
 
 
 def sample(ctx: StageContext) -> None:
-    from datasets import Dataset, concatenate_datasets, load_from_disk
-
     cfg: SampleConfig = ctx.config
     data = ctx.inputs["data"].dataset()[cfg.split]
     if cfg.limit:
         data = data.select(range(min(cfg.limit, len(data))))
     rewards, _ = build_rewards(cfg.rewards)
-    shards = ctx.work_dir / "shards"
-    shards.mkdir(parents=True, exist_ok=True)
-    for stale in shards.glob("tmp-*"):  # a shard cut off mid-write by a kill
-        shutil.rmtree(stale, ignore_errors=True)
-    backend = None
     sampling = cfg.generation.sampling()
-    n_shards = (len(data) + cfg.shard_size - 1) // cfg.shard_size
-    for i in range(n_shards):
-        final = shards / _SHARD.format(i)
-        if final.exists():
-            continue
+    backend = None
+
+    def build(shard: int, start: int, end: int) -> list[dict]:
+        nonlocal backend
         if backend is None:  # load the model only when a shard is left to generate
             backend = cfg.generation.backend_for(ctx.inputs["model"].path)
-        start = i * cfg.shard_size
-        prompts = [dict(r) for r in data.select(range(start, min(start + cfg.shard_size, len(data))))]
-        groups = backend.generate([r["prompt"] for r in prompts], cfg.n, sampling, cfg.seed + i)
-        rows = _shard_rows(prompts, start, groups, rewards, ctx.inputs["model"].key)
-        tmp = shards / f"tmp-{i:05d}"
-        Dataset.from_list(rows).save_to_disk(str(tmp))
-        os.rename(tmp, final)
-        print(f"[{ctx.label}] shard {i + 1}/{n_shards}: {len(rows)} completions", flush=True)
-    parts = [load_from_disk(str(shards / _SHARD.format(i))) for i in range(n_shards)]
-    out = concatenate_datasets(parts) if parts else Dataset.from_list([])
+        prompts = [dict(r) for r in data.select(range(start, end))]
+        groups = backend.generate([r["prompt"] for r in prompts], cfg.n, sampling, cfg.seed + shard)
+        return _shard_rows(prompts, start, groups, rewards, ctx.inputs["model"].key)
+
+    out, n_shards = run_in_shards(ctx.work_dir, len(data), cfg.shard_size, build, ctx.label)
     out.save_to_disk(str(ctx.out_dir))
     ctx.metrics.update({"prompts": len(data), "completions": len(out), "shards": n_shards})
     for fn in rewards:

@@ -312,3 +312,34 @@ def test_seeds_run_once_each_share_the_data_and_report_the_spread(tmp_path):
     single = json.loads((tmp_path / "reports" / "r1-zero-tiny-seed1" / "report.json").read_text())
     assert 0 <= single["stages"]["base"]["se"]["accuracy"] <= 0.5
     assert "standard error" in (tmp_path / "reports" / "r1-zero-tiny-seed1" / "report.md").read_text()
+
+
+def test_the_tiny_ablation_trains_every_variant_and_reports_them(tmp_path):
+    recipe = ROOT / "configs/tiny/ablate.yaml"
+    cmd = [sys.executable, "-m", "flows.cli", "run", "ablate", "--recipe", str(recipe), f"store={tmp_path}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(Path(out.stdout.split("report: ")[1].split()[0]).read_text())
+    variants = {
+        "grpo",
+        "dr_grpo",
+        "dapo",
+        "gspo",
+        "dr_grpo+kimi_length",
+        "dr_grpo+curated",
+        "dr_grpo+curriculum",
+    }
+    assert set(report["variants"]) == variants and report["seeds"] == [0, 1]
+    for row in report["variants"].values():
+        assert {
+            "pass@1",
+            "pass@1_sd",
+            "mean_length",
+            "wall_seconds",
+            "generated_tokens",
+            "time_to_baseline_s",
+        } <= set(row)
+        assert row["generated_tokens"] > 0 and len(row["per_seed"]) == 2
+    # dynamic sampling generated more than one rollout per step on a model without a signal
+    assert report["variants"]["dapo"]["generated_tokens"] > report["variants"]["dr_grpo"]["generated_tokens"]
+    assert "[selected_prompts] kept" in out.stdout
