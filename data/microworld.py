@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from r1.config import new_option
+
 LANGUAGES = ("en", "zh")
 
 # Surface forms per language. English words carry their leading space so that the word tokenizer
@@ -125,6 +127,24 @@ class CorpusConfig(BaseModel):
     language_switch: float = Field(0.3, ge=0, le=1, description="P(a trace switches language once)")
 
 
+class ToolsConfig(BaseModel):
+    """A calculator in the world: a share of corpus traces call it (agent RL's starting habit).
+
+    Tool traces are the corpus's own traces (same problems, same slips) with calls inserted:
+    at a step the trace may stop at ``a+b=``, call the calculator on ``a+b``, and go on from its
+    result (``use``) or ignore it and write its own value, slip included. The base thus knows
+    the syntax and that results help sometimes; RL has a habit to strengthen.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    corpus_share: float = Field(0.3, ge=0, le=1, description="corpus traces written with the tool offered")
+    call_carry: float = Field(0.6, ge=0, le=1, description="P(a tool trace calls at an addition with a carry)")
+    call_other: float = Field(0.1, ge=0, le=1, description="P(it calls at any other step)")
+    use: float = Field(0.5, ge=0, le=1, description="P(the step after a call goes on from the result)")
+
+
 class WorldConfig(BaseModel):
     """The micro-world's problem distribution and split sizes."""
 
@@ -143,6 +163,7 @@ class WorldConfig(BaseModel):
     max_operand: int = Field(99, gt=1, description="largest later operand (smaller = easier steps)")
     languages: list[str] = Field(default_factory=lambda: list(LANGUAGES))
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig, **new_option())
 
     @model_validator(mode="after")
     def _check(self) -> WorldConfig:
@@ -204,11 +225,25 @@ def has_carry(a: int, b: int) -> bool:
     return (abs(a) % 10) + (abs(b) % 10) >= 10
 
 
-def render_trace(problem: Problem, rng: random.Random, corpus: CorpusConfig | None = None) -> str:
-    """Write a completion for ``problem``: clean when ``corpus`` is None, else with its imperfections.
+@dataclass(frozen=True)
+class ToolCall:
+    """A calculator call inside a trace, and what the calculator answers."""
 
-    The errors propagate: a wrong step that no check fixes carries into the next step, so the
-    final answer of an imperfect trace is wrong exactly when an unfixed error happened.
+    expression: str
+    result: str
+
+
+def trace_parts(
+    problem: Problem,
+    rng: random.Random,
+    corpus: CorpusConfig | None = None,
+    tools: ToolsConfig | None = None,
+    tool_rng: random.Random | None = None,
+) -> list[str | ToolCall]:
+    """A completion for ``problem`` as text pieces and tool calls (see :func:`render_trace`).
+
+    With ``tools`` the trace may call the calculator at a step; those draws come from
+    ``tool_rng`` only, so a tool trace has exactly the problem and the slips of the plain one.
     """
     clean = corpus is None
     lang = problem.language
@@ -219,30 +254,61 @@ def render_trace(problem: Problem, rng: random.Random, corpus: CorpusConfig | No
     def lang_at(i: int) -> str:
         return _other(lang) if switch_at is not None and i >= switch_at else lang
 
-    parts: list[str] = []
+    parts: list[str | ToolCall] = []
     acc = problem.operands[0]
     for i, (op, b) in enumerate(zip(problem.ops, problem.operands[1:], strict=True)):
         true = acc + b if op == "+" else acc - b
         written = true
+        carry = op == "+" and has_carry(acc, b)
         if not clean:
-            if op == "+" and has_carry(acc, b):
+            if carry:
                 if rng.random() < corpus.carry_bug:
                     written = true - 10
             elif rng.random() < corpus.step_noise:
                 written = true + rng.choice((-2, -1, 1, 2))
         if i > 0:
             parts.append(_THEN[lang_at(i)])
-        parts.append(f"{acc}{op}{b}={written}")
-        risky = written != true or (op == "+" and has_carry(acc, b))
+        if tools is not None and tool_rng.random() < (tools.call_carry if carry else tools.call_other):
+            parts += [f"{acc}{op}{b}=", ToolCall(f"{acc}{op}{b}", str(true))]
+            written = true if tool_rng.random() < tools.use else written
+            parts.append(str(written))
+        else:
+            parts.append(f"{acc}{op}{b}={written}")
+        risky = written != true or carry
         if not clean and risky and rng.random() < corpus.self_check:
             parts.append(_CHECK[lang_at(i)].format(fix=f"{acc}{op}{b}={true}"))
             written = true
         acc = written
     parts.append(_CLOSE[lang_at(n_steps)].format(answer=acc))
-    thought = "".join(parts)
     if not clean and rng.random() < corpus.untagged:
-        return thought
-    return f"<think>{thought}</think><answer>{acc}</answer>"
+        return parts
+    return ["<think>", *parts, f"</think><answer>{acc}</answer>"]
+
+
+def render_trace(problem: Problem, rng: random.Random, corpus: CorpusConfig | None = None) -> str:
+    """Write a completion for ``problem``: clean when ``corpus`` is None, else with its imperfections.
+
+    The errors propagate: a wrong step that no check fixes carries into the next step, so the
+    final answer of an imperfect trace is wrong exactly when an unfixed error happened.
+    """
+    return "".join(p for p in trace_parts(problem, rng, corpus) if isinstance(p, str))
+
+
+def tool_conversation(prompt: str, parts: list[str | ToolCall]) -> list[dict]:
+    """A trace with calls as chat messages: each call ends an assistant turn, its result is a tool turn."""
+    messages: list[dict] = [{"role": "user", "content": prompt}]
+    text = ""
+    for part in parts:
+        if isinstance(part, ToolCall):
+            call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": part.expression}}}
+            messages += [
+                {"role": "assistant", "content": text, "tool_calls": [call]},
+                {"role": "tool", "name": "calculator", "content": part.result},
+            ]
+            text = ""
+        else:
+            text += part
+    return [*messages, {"role": "assistant", "content": text}]
 
 
 def generate_problems(rng: random.Random, cfg: WorldConfig, n: int, exclude: set[str]) -> list[Problem]:

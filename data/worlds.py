@@ -22,6 +22,7 @@ config in :data:`DataConfig`; no stage changes.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from typing import Annotated, Any, Literal
@@ -146,14 +147,29 @@ def world_for(task_data) -> World:
 
 
 def _corpus_rows(cfg: microworld.WorldConfig, exclude: set[str]) -> dict[str, list]:
+    """The pretraining corpus; with the world's tool on, ``messages`` holds the tool traces.
+
+    A tool trace is a conversation with the calculator offered (JSON, "" for plain rows); its
+    ``completion`` is the assistant text alone. Tool draws have their own stream, so the problems
+    and the slips are the plain corpus's whatever the tool settings.
+    """
     rng = random.Random(f"{cfg.seed}-corpus")
     drawn = microworld.generate_problems(rng, cfg, cfg.corpus.size, exclude)
-    return {
+    tools = cfg.tools if cfg.tools.enabled else None
+    tool_rng = random.Random(f"{cfg.seed}-tools")
+    completions, messages = [], []
+    for p in drawn:
+        offered = tools is not None and tool_rng.random() < tools.corpus_share
+        parts = microworld.trace_parts(p, rng, cfg.corpus, tools if offered else None, tool_rng)
+        completions.append("".join(x for x in parts if isinstance(x, str)))
+        messages.append(json.dumps(microworld.tool_conversation(p.prompt, parts)) if offered else "")
+    rows = {
         "prompt": [p.prompt for p in drawn],
-        "completion": [microworld.render_trace(p, rng, cfg.corpus) for p in drawn],
+        "completion": completions,
         "answer": [str(p.answer) for p in drawn],
         "language": [p.language for p in drawn],
     }
+    return rows | ({"messages": messages} if tools is not None else {})
 
 
 def corpus_stats(corpus: Dataset) -> dict[str, float]:
@@ -167,10 +183,18 @@ def corpus_stats(corpus: Dataset) -> dict[str, float]:
     fmt = format_reward(comps)
     lang = language_consistency_reward(comps, corpus["language"])
     check = re.compile(DEFAULT_SELF_CHECK)
-    return {
+    out = {
         "corpus_size": n,
         "corpus_correct_rate": sum(acc) / n,
         "corpus_format_rate": sum(fmt) / n,
         "corpus_single_language_rate": sum(v == 1.0 for v in lang) / n,
         "corpus_self_check_rate": sum(bool(check.search(c)) for c in comps) / n,
     }
+    if "messages" in corpus.column_names:
+        from r1.tools import episode_stats
+
+        episodes = [episode_stats(json.loads(m)) for m in corpus["messages"] if m]
+        out["corpus_tool_traces"] = len(episodes)
+        out["corpus_tool_calls"] = sum(e["attempts"] for e in episodes)
+        out["corpus_tool_results_used"] = sum(e["used"] for e in episodes) / max(1, out["corpus_tool_calls"])
+    return out

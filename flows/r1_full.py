@@ -6,6 +6,8 @@ cold-start data (R1-Zero samples filtered + curated) -> cold-start SFT from the 
 -> rejection sampling (+ non-reasoning data) -> large SFT, again from the BASE
 -> final GRPO from that model: rule rewards on reasoning prompts, a preference reward model on
    general prompts that enter only for the last fraction of steps.
+With ``fusion.enabled`` (Qwen3's thinking-mode fusion) a fusion SFT on both modes' examples sits
+between the large SFT and the final GRPO, which then trains both modes.
 Every model is evaluated; the report puts them side by side.
 """
 
@@ -17,7 +19,8 @@ from flows.common import Stages, publish_report, start
 from flows.r1_zero import evaluate_models, zero_branch
 from flows.recipes import R1FullRecipe
 from r1.store import ArtifactRef
-from stages import curate, grpo, report, reward_model, sample, sft
+from stages import curate, fusion, grpo, report, reward_model, sample, sft
+from stages.evaluate import EvalConfig
 
 ORDER = ("base", "r1_zero", "cold_start_sft", "reasoning_grpo", "rejection_sft", "final_grpo")
 
@@ -40,14 +43,35 @@ def r1_pipeline(run: Stages) -> dict[str, ArtifactRef]:
     refs["rejection_sft"] = run(sft.STAGE, "rejection_sft", model=base, data=sft_set)  # from the BASE, as R1
     pairs = run(reward_model.PREFERENCES, "preferences", data=task_data)
     refs["reward_model"] = run(reward_model.STAGE, "reward_model", model=refs["rejection_sft"], pairs=pairs)
+    final_from, final_cfg = refs["rejection_sft"], run.recipe.final_grpo
+    if run.recipe.fusion.enabled:  # Qwen3: one model, both modes, trained on the same curated set
+        fused = run(fusion.STAGE, "fusion.data", label="fusion_data", sft=sft_set)
+        refs["fusion_sft"] = run(
+            sft.STAGE, "fusion.sft", label="fusion_sft", model=refs["rejection_sft"], data=fused
+        )
+        final_from, final_cfg = refs["fusion_sft"], run.recipe.fusion.final_grpo(final_cfg)
     refs["final_grpo"] = run(
         grpo.STAGE,
-        "final_grpo",
-        model=refs["rejection_sft"],
+        final_cfg,
+        label="final_grpo",
+        model=final_from,
         data=task_data,
         reward_model=refs["reward_model"],
     )
     return refs
+
+
+def models_in_order(recipe: R1FullRecipe) -> list[str]:
+    """The models the pipeline trains, in order (the fusion SFT only when fusion is on)."""
+    fused = ("fusion_sft",) if recipe.fusion.enabled else ()
+    return [*ORDER[:-1], *fused, ORDER[-1]]
+
+
+def fused_models(recipe: R1FullRecipe) -> dict[str, EvalConfig]:
+    """Models that follow the thinking switches, with the evaluation that tries both modes."""
+    if not recipe.fusion.enabled:
+        return {}
+    return {name: recipe.fusion.eval(recipe.eval) for name in ("fusion_sft", "final_grpo")}
 
 
 @flow(name="r1-full", log_prints=False)
@@ -55,11 +79,13 @@ def r1_full(recipe: R1FullRecipe) -> str:
     """Run the whole R1 recipe; return the path of report.json."""
     run = start(recipe)
     refs = r1_pipeline(run)
-    evals = evaluate_models(run, refs["data"], {name: refs[name] for name in ORDER})
+    order = models_in_order(recipe)
+    evals = evaluate_models(run, refs["data"], {name: refs[name] for name in order}, fused_models(recipe))
     trained = ["r1_zero", "reasoning_grpo", "final_grpo"]
+    fused = " with thinking-mode fusion" if recipe.fusion.enabled else ""
     cfg = report.ReportConfig(
-        title=f"{recipe.name}: the R1 pipeline on {recipe.data.kind}",
-        evaluations=list(ORDER),
+        title=f"{recipe.name}: the R1 pipeline on {recipe.data.kind}{fused}",
+        evaluations=order,
         training=trained,
         extras=["reward_model"],
     )

@@ -22,11 +22,16 @@ def zero_branch(run: Stages) -> dict[str, ArtifactRef]:
 
 
 def evaluate_models(
-    run: Stages, task_data: ArtifactRef, models: dict[str, ArtifactRef]
+    run: Stages,
+    task_data: ArtifactRef,
+    models: dict[str, ArtifactRef],
+    config: dict[str, evaluate.EvalConfig] | None = None,
 ) -> dict[str, ArtifactRef]:
-    """The evaluate stage on every model, by model name, in pipeline order."""
+    """The evaluate stage on every model, by model name, in pipeline order (``config`` per model
+    where it differs from the recipe's ``eval`` section)."""
+    config = config or {}
     return {
-        name: run(evaluate.STAGE, "eval", label=f"eval:{name}", model=ref, data=task_data)
+        name: run(evaluate.STAGE, config.get(name, "eval"), label=f"eval:{name}", model=ref, data=task_data)
         for name, ref in models.items()
     }
 

@@ -15,10 +15,13 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from data.worlds import DataConfig, MicroWorldData
 from flows.common import Runtime
 from r1.config import Section, deep_merge, load_recipe, task_split_uses
+from r1.modes import MODES, Mode
+from r1.rewards import RewardSpec
 from stages.base import BaseConfig, MicroBase
 from stages.curate import CurateConfig
 from stages.data import splits_of
 from stages.evaluate import EvalConfig
+from stages.fusion import FusionDataConfig
 from stages.grpo import GRPOStageConfig
 from stages.reward_model import PreferenceConfig, RewardModelConfig
 from stages.sample import SampleConfig
@@ -92,6 +95,40 @@ class ColdStart(Sampled):
     from_r1_zero: bool = True
 
 
+class Fusion(Section):
+    """Qwen3's thinking-mode fusion, after the rejection SFT (off by default).
+
+    ``data`` turns the rejection-sampled set into examples of both modes, ``sft`` trains the
+    rejection-SFT model on them (its tokenizer learns the switches), and the final GRPO then starts
+    from that model with ``no_think_share`` of its reasoning prompts asking ``/no_think`` and a
+    ``thinking_mode`` reward of ``mode_reward_weight`` added to its rewards.
+    """
+
+    enabled: bool = False
+    data: FusionDataConfig = Field(default_factory=FusionDataConfig)
+    sft: SFTStageConfig = Field(default_factory=lambda: SFTStageConfig(thinking_modes=True))
+    no_think_share: float = Field(0.5, ge=0, le=1)
+    mode_reward_weight: float = Field(0.5, ge=0)
+    eval_modes: list[Mode] = Field(default_factory=lambda: list(MODES), min_length=1)
+
+    @model_validator(mode="after")
+    def _switches(self) -> Fusion:
+        if self.enabled and not self.sft.thinking_modes:
+            raise ValueError("fusion.sft.thinking_modes must stay true: the fused model learns the switches")
+        return self
+
+    def final_grpo(self, final: GRPOStageConfig) -> GRPOStageConfig:
+        """The final GRPO section as the fused pipeline runs it: both modes and the mode reward."""
+        rewards = [*final.rewards]
+        if self.mode_reward_weight and not any(r.name == "thinking_mode" for r in rewards):
+            rewards.append(RewardSpec(name="thinking_mode", weight=self.mode_reward_weight))
+        return final.model_copy(update={"no_think_share": self.no_think_share, "rewards": rewards})
+
+    def eval(self, eval: EvalConfig) -> EvalConfig:
+        """The evaluation section for fused models: every prompt once more in each mode."""
+        return eval.model_copy(update={"modes": list(self.eval_modes)})
+
+
 class R1FullRecipe(R1ZeroRecipe):
     """The four-stage R1 pipeline; ``grpo`` is the R1-Zero branch's RL stage it shares with r1-zero."""
 
@@ -105,6 +142,7 @@ class R1FullRecipe(R1ZeroRecipe):
     preferences: PreferenceConfig = Field(default_factory=PreferenceConfig)
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     final_grpo: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
+    fusion: Fusion = Field(default_factory=Fusion)
 
 
 class Teacher(Section):

@@ -15,8 +15,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from r1.config import Section, unhashed
+from r1.config import Section, new_option, unhashed
 from r1.cores import adapt
+from r1.modes import THINK_CLOSE, prefilled_think
 
 Prompt = str | list[dict[str, Any]]
 
@@ -41,11 +42,26 @@ class Generated:
 
 
 class GenerationBackend(Protocol):
-    """``generate(prompts, n, sampling, seed)`` returns ``n`` completions per prompt, in order."""
+    """``generate(prompts, n, sampling, seed)`` returns ``n`` completions per prompt, in order.
+
+    ``generate_ids`` does the same from token ids to token ids (what a two-phase decode such as
+    the thinking budget continues from, exactly); ``keys`` name the prompts for seeding.
+    """
+
+    tokenizer: Any
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
     ) -> list[list[Generated]]: ...
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seed: int,
+        keys: Sequence[str] | None = None,
+    ) -> list[list[list[int]]]: ...
 
 
 def render_prompt(tokenizer, prompt: Prompt) -> str:
@@ -61,6 +77,15 @@ def batch_seed(seed: int, first_prompt: str, index: int) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
+def decoded(tokenizer, groups: list[list[list[int]]]) -> list[list[Generated]]:
+    """Completion ids as :class:`Generated` (text without special tokens; finished = ended in EOS)."""
+    eos = tokenizer.eos_token_id
+    return [
+        [Generated(tokenizer.decode(ids, skip_special_tokens=True), len(ids), eos in ids) for ids in group]
+        for group in groups
+    ]
+
+
 class TransformersBackend:
     """Batched ``model.generate`` with left padding and a KV cache (CPU default, any device works)."""
 
@@ -74,75 +99,65 @@ class TransformersBackend:
         # Llama-family models sample through the fast engine (same distribution, less overhead).
         self.sampler = FastSampler(self.model) if supports(self.model) else None
 
-    def _generate_fast(
-        self, texts: list[str], n: int, sampling: SamplingConfig, seed: int, per_call: int
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
     ) -> list[list[Generated]]:
+        texts = [render_prompt(self.tokenizer, p) for p in prompts]
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        return decoded(self.tokenizer, self.generate_ids(ids, n, sampling, seed, keys=texts))
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seed: int,
+        keys: Sequence[str] | None = None,
+    ) -> list[list[list[int]]]:
+        """``n`` completions (ids, up to and including EOS) per prompt, ``batch_size`` rows a call."""
+        import torch
+
+        keys = keys if keys is not None else [",".join(map(str, r[-32:])) for r in prompt_ids]
+        per_call = max(1, self.batch_size // n)
+        out: list[list[list[int]]] = []
+        for start in range(0, len(prompt_ids), per_call):
+            adapt()  # share the cores with whatever else runs
+            chunk = list(prompt_ids[start : start + per_call])
+            torch.manual_seed(batch_seed(seed, keys[start], start))
+            rows = self._sample(chunk, n, sampling)
+            out += [rows[i * n : (i + 1) * n] for i in range(len(chunk))]
+        return out
+
+    def _sample(self, chunk: list[list[int]], n: int, sampling: SamplingConfig) -> list[list[int]]:
+        """One call: ``n`` rows per prompt of ``chunk``, in order, each cut after its EOS."""
         import torch
 
         eos = self.tokenizer.eos_token_id
-        out: list[list[Generated]] = []
-        for start in range(0, len(texts), per_call):
-            adapt()  # share the cores with whatever else runs
-            chunk = texts[start : start + per_call]
-            ids = self.tokenizer(chunk, add_special_tokens=False)["input_ids"]
-            torch.manual_seed(batch_seed(seed, chunk[0], start))
-            completions = self.sampler.generate(
-                [row for row in ids for _ in range(n)],
+        if self.sampler is not None:
+            return self.sampler.generate(
+                [row for row in chunk for _ in range(n)],
                 max_new_tokens=sampling.max_new_tokens,
                 eos_token_ids=[eos],
                 pad_token_id=self.tokenizer.pad_token_id,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
             )
-            for i in range(len(chunk)):
-                group = []
-                for c in completions[i * n : (i + 1) * n]:
-                    text = self.tokenizer.decode(c, skip_special_tokens=True)
-                    group.append(Generated(text, len(c), eos in c))
-                out.append(group)
-        return out
-
-    def generate(
-        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
-    ) -> list[list[Generated]]:
-        import torch
-
-        texts = [render_prompt(self.tokenizer, p) for p in prompts]
-        per_call = max(1, self.batch_size // n)
-        out: list[list[Generated]] = []
-        eos = self.tokenizer.eos_token_id
-        if self.sampler is not None:
-            return self._generate_fast(texts, n, sampling, seed, per_call)
-        for start in range(0, len(texts), per_call):
-            adapt()
-            chunk = texts[start : start + per_call]
-            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(self.model.device) for k, v in enc.items()}
-            torch.manual_seed(batch_seed(seed, chunk[0], start))
-            greedy = sampling.temperature == 0
-            kwargs = (
-                {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
+        enc = self.tokenizer.pad({"input_ids": chunk}, return_tensors="pt")
+        enc = {k: v.to(self.model.device) for k, v in enc.items()}
+        greedy = sampling.temperature == 0
+        kwargs = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
+        with torch.inference_mode():
+            seqs = self.model.generate(
+                **enc,
+                do_sample=not greedy,
+                num_return_sequences=n,
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **kwargs,
             )
-            with torch.inference_mode():
-                seqs = self.model.generate(
-                    **enc,
-                    do_sample=not greedy,
-                    num_return_sequences=n,
-                    max_new_tokens=sampling.max_new_tokens,
-                    eos_token_id=eos,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    **kwargs,
-                )
-            new = seqs[:, enc["input_ids"].shape[1] :].tolist()
-            for i in range(len(chunk)):
-                group = []
-                for ids in new[i * n : (i + 1) * n]:
-                    finished = eos in ids
-                    ids = ids[: ids.index(eos) + 1] if finished else ids
-                    text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                    group.append(Generated(text, len(ids), finished))
-                out.append(group)
-        return out
+        rows = seqs[:, enc["input_ids"].shape[1] :].tolist()
+        return [ids[: ids.index(eos) + 1] if eos in ids else ids for ids in rows]
 
 
 class VLLMSettings(Section):
@@ -205,6 +220,82 @@ class VLLMBackend:
             for r in results
         ]
 
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seed: int,
+        keys: Sequence[str] | None = None,
+    ) -> list[list[list[int]]]:
+        """Completions as token ids from token-id prompts (vLLM's ``TokensPrompt``)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        keys = keys if keys is not None else [",".join(map(str, r[-32:])) for r in prompt_ids]
+        eos = self.tokenizer.eos_token_id
+        params = [
+            SamplingParams(**vllm_sampling_kwargs(sampling, n, batch_seed(seed, k, 0), eos)) for k in keys
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in prompt_ids]
+        results = self.llm.generate(prompts, params, use_tqdm=False)
+        return [[list(o.token_ids) for o in r.outputs] for r in results]
+
+
+class ThinkingBudget:
+    """Qwen3's thinking budget over any backend: stop the chain after ``budget`` tokens and answer.
+
+    Phase one samples at most ``budget`` tokens. A completion that ended is done; one whose think
+    block is still open gets ``</think>`` appended, and every unfinished one continues from its
+    own tokens (prompt + what it wrote + the tag) for the rest of the allowance, so the model
+    always gets to answer. Token ids throughout: the continuation sees exactly what was sampled.
+    ``num_tokens`` counts both phases and the closing tag.
+    """
+
+    def __init__(self, inner: GenerationBackend, budget: int) -> None:
+        self.inner = inner
+        self.budget = budget
+        self.tokenizer = inner.tokenizer
+        self.close_ids = self.tokenizer(THINK_CLOSE, add_special_tokens=False)["input_ids"]
+
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
+    ) -> list[list[Generated]]:
+        texts = [render_prompt(self.tokenizer, p) for p in prompts]
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        return decoded(self.tokenizer, self.generate_ids(ids, n, sampling, seed, keys=texts))
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        seed: int,
+        keys: Sequence[str] | None = None,
+    ) -> list[list[list[int]]]:
+        if sampling.max_new_tokens <= self.budget:
+            return self.inner.generate_ids(prompt_ids, n, sampling, seed, keys)
+        chain = sampling.model_copy(update={"max_new_tokens": self.budget})
+        first = self.inner.generate_ids(prompt_ids, n, chain, seed, keys)
+        eos = self.tokenizer.eos_token_id
+        todo = []  # (prompt, sample, completion so far): every one that has not ended
+        for i, group in enumerate(first):
+            prefill = prefilled_think(self.tokenizer.decode(prompt_ids[i][-8:]))
+            for j, c in enumerate(group):
+                if eos not in c:
+                    closed = THINK_CLOSE in prefill + self.tokenizer.decode(c)
+                    todo.append((i, j, c if closed else c + self.close_ids))
+        rest = self.inner.generate_ids(
+            [list(prompt_ids[i]) + c for i, _, c in todo],
+            1,
+            sampling.model_copy(update={"max_new_tokens": sampling.max_new_tokens - self.budget}),
+            seed + 1,
+        )
+        out = [[list(c) for c in group] for group in first]
+        for (i, j, c), (more,) in zip(todo, rest, strict=True):
+            out[i][j] = c + more
+        return out
+
 
 class GenerationSettings(Section):
     """How a stage generates: sampling knobs, the backend and its batch (one section everywhere).
@@ -219,6 +310,12 @@ class GenerationSettings(Section):
     backend: Literal["transformers", "vllm"] = "transformers"
     vllm: VLLMSettings = Field(default_factory=VLLMSettings, **unhashed())
     batch_size: int = Field(512, gt=0, description="sequences per generate call")
+    thinking_budget: int | None = Field(
+        None,
+        gt=0,
+        description="close the think block after this many tokens and let the model answer (Qwen3)",
+        **new_option(),
+    )
 
     def sampling(self, **change: Any) -> SamplingConfig:
         """The per-call sampling parameters (``change`` overrides some, e.g. ``temperature=0``)."""
@@ -232,7 +329,8 @@ class GenerationSettings(Section):
         )
 
     def backend_for(self, model_path: str | Path) -> GenerationBackend:
-        return make_backend(self.backend, model_path, batch_size=self.batch_size, vllm=self.vllm)
+        backend = make_backend(self.backend, model_path, batch_size=self.batch_size, vllm=self.vllm)
+        return ThinkingBudget(backend, self.thinking_budget) if self.thinking_budget else backend
 
 
 def make_backend(

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from r1.modes import EMPTY_THINK, NO_THINK_SWITCH, THINK_SWITCH
+
 # R1's tags are ordinary tokens, not special ones: TRL decodes completions with
 # skip_special_tokens=True, which would strip special tags before the format reward sees them.
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -28,6 +30,67 @@ MICRO_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
+
+# Thinking-mode fusion (Qwen3): the micro template with both modes (see r1.modes).
+# ``enable_thinking=False`` forces the non-thinking mode; otherwise the last ``/think`` or
+# ``/no_think`` in the user turns decides (thinking when there is none). A non-thinking turn opens
+# with an empty think block, which the generation prompt pre-fills, so the model answers directly.
+MICRO_FUSION_TEMPLATE = (
+    "{%- set ns = namespace(think=true) -%}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'user' %}"
+    "{%- set a = m['content'].rfind('" + THINK_SWITCH + "') -%}"
+    "{%- set b = m['content'].rfind('" + NO_THINK_SWITCH + "') -%}"
+    "{%- if a > b -%}{%- set ns.think = true -%}{%- elif b > a -%}{%- set ns.think = false -%}{%- endif -%}"
+    "{% endif %}"
+    "{% if m['role'] == 'system' %}System:{{ m['content'] }}\n"
+    "{% elif m['role'] == 'user' %}User:{{ m['content'] }}\n"
+    "{% else %}Assistant:{{ m['content'] }}" + EOS + "\n{% endif %}"
+    "{% endfor %}"
+    "{%- if enable_thinking is defined and not enable_thinking -%}{%- set ns.think = false -%}{%- endif -%}"
+    "{% if add_generation_prompt %}Assistant:{% if not ns.think %}" + EMPTY_THINK + "{% endif %}{% endif %}"
+)
+
+
+def speak_both_modes(model, tokenizer) -> bool:
+    """Make a model and its tokenizer able to follow the thinking switches; True when anything changed.
+
+    The micro-world's word tokenizer cannot write ``/think``: the switches become added tokens
+    (new embedding rows start at the mean of the others), the R1 tags stay whole, and the
+    tokenizer gets the fusion chat template. A tokenizer that already writes them and a template that already knows
+    ``enable_thinking`` (Qwen3's) are left as they are.
+    """
+    changed = False
+    missing = [
+        s
+        for s in (THINK_SWITCH, NO_THINK_SWITCH)
+        if tokenizer.unk_token_id in tokenizer(s, add_special_tokens=False)["input_ids"]
+    ]
+    if missing:
+        import torch
+
+        # The tags join the added tokens first: the switches' matcher would otherwise cut
+        # "</think>" into "<" "/think" ">" (added tokens are matched before the word vocabulary).
+        tokenizer.add_tokens([t for t in TAGS if t in tokenizer.get_vocab()] + missing)
+        for tag in TAGS:
+            if len(tokenizer(tag, add_special_tokens=False)["input_ids"]) != 1:
+                raise ValueError(
+                    f"adding {missing} split the tag {tag!r}: the tokenizer cannot learn the switches"
+                )
+        old = model.get_input_embeddings().weight.shape[0]
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        with torch.no_grad():  # deterministic rows, so the same recipe gives the same model
+            for layer in {
+                id(m): m for m in (model.get_input_embeddings(), model.get_output_embeddings())
+            }.values():
+                if layer is not None:
+                    layer.weight[old:] = layer.weight[:old].mean(0)
+        changed = True
+    if tokenizer.chat_template == MICRO_CHAT_TEMPLATE:
+        tokenizer.chat_template = MICRO_FUSION_TEMPLATE
+        changed = True
+    return changed
+
 
 # Used for real tokenizers that ship without a chat template (base checkpoints): R1-Zero's prompt.
 R1_ZERO_TEMPLATE = (

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from r1.answers import DEFAULT_TIMEOUT_S, Deadline, answers_match, extract_answer
 from r1.config import new_option
 from r1.language import is_known_language, language_share
+from r1.modes import obeys, switch_of, whole_answer
+from r1.tools import episode_stats
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +74,6 @@ def completion_text(completion: Completion | None) -> str:
         for m in completion
         if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
     )
-
-
-def _prompt_prefills_think(prompt: Any) -> bool:
-    """A prompt string that ends in ``<think>`` (some chat templates pre-fill it)."""
-    return isinstance(prompt, str) and prompt.rstrip().endswith("<think>")
 
 
 def is_well_formatted(text: str) -> bool:
@@ -138,16 +135,33 @@ def format_reward(
     """1.0 for ``<think>...</think>`` followed by ``<answer>...</answer>``, else 0.0.
 
     When the chat template pre-fills ``<think>`` (``think_prefilled``, or a string prompt that ends
-    in it), the completion starts inside the think block; the tag is put back before checking,
-    or a naive check would score every completion 0.
+    in it) or an empty think block (a ``/no_think`` prompt), the completion starts after it; the
+    pre-fill is put back before checking, or a naive check would score every completion 0.
     """
     prompts = prompts if prompts is not None else [None] * len(completions)
     out = []
     for c, p in zip(completions, prompts, strict=True):
         text = completion_text(c)
-        if (think_prefilled or _prompt_prefills_think(p)) and not text.lstrip().startswith("<think>"):
+        if think_prefilled and not text.lstrip().startswith("<think>"):
             text = "<think>" + text
-        out.append(float(is_well_formatted(text)))
+        out.append(float(is_well_formatted(whole_answer(p, text))))
+    return out
+
+
+def thinking_mode_reward(
+    completions: Sequence[Completion], prompts: Sequence[Any] | None = None, **_: Any
+) -> list[float | None]:
+    """1.0 when the completion obeys its prompt's ``/think`` or ``/no_think`` switch, else 0.0.
+
+    Qwen3's fusion RL rewards following the requested mode: thinking is a closed, non-empty think
+    block; not thinking is an empty one and then the answer. Prompts without a switch get None
+    (nothing was requested), so the reward can run over mixed batches.
+    """
+    prompts = prompts if prompts is not None else [None] * len(completions)
+    out: list[float | None] = []
+    for c, p in zip(completions, prompts, strict=True):
+        mode = switch_of(p)
+        out.append(None if mode is None else float(obeys(mode, whole_answer(p, completion_text(c)))))
     return out
 
 
@@ -155,23 +169,26 @@ def language_consistency_reward(
     completions: Sequence[Completion],
     language: Sequence[str | None],
     latin_languages: Sequence[str] = ("en",),
+    prompts: Sequence[Any] | None = None,
     **_: Any,
 ) -> list[float | None]:
     """Share of chain-of-thought words in the row's target ``language`` (R1's stage-2 reward).
 
     A row without a language gets None (TRL leaves it out); a language code this reward cannot
-    label scores 0.0 with a warning, never an exception in the middle of training.
+    label scores 0.0 with a warning, never an exception in the middle of training. The chain is
+    read with the prompt's pre-filled think block put back (a ``/no_think`` answer has none).
     """
     latin = tuple(latin_languages)
+    prompts = prompts if prompts is not None else [None] * len(completions)
     out: list[float | None] = []
-    for c, lang in zip(completions, language, strict=True):
+    for c, lang, p in zip(completions, language, prompts, strict=True):
         if lang is None:
             out.append(None)
         elif not is_known_language(lang):
             log.warning("language_consistency: unknown language code %r; scored 0", lang)
             out.append(0.0)
         else:
-            out.append(language_share(completion_text(c), lang, latin))
+            out.append(language_share(whole_answer(p, completion_text(c)), lang, latin))
     return out
 
 
@@ -312,12 +329,41 @@ def kimi_length_reward(
     return out
 
 
+def tool_format_reward(completions: Sequence[Completion], **_: Any) -> list[float | None]:
+    """Share of an episode's tool calls that were well formed and ran (None without a call).
+
+    Agent RL's format reward: a call with broken JSON, an unknown tool or arguments the tool
+    rejects scores 0 for that call. Episodes that call nothing are left out.
+    """
+    out: list[float | None] = []
+    for c in completions:
+        s = episode_stats(c)
+        out.append(s["well_formed"] / s["attempts"] if s["attempts"] else None)
+    return out
+
+
+def tool_use_reward(completions: Sequence[Completion], **_: Any) -> list[float | None]:
+    """Share of an episode's well-formed calls whose result the next step goes on from.
+
+    Calling and then ignoring the answer is the habit to unlearn: a call counts when the next
+    assistant turn starts from the tool's value. Episodes without a working call get None.
+    """
+    out: list[float | None] = []
+    for c in completions:
+        s = episode_stats(c)
+        out.append(s["used"] / s["well_formed"] if s["well_formed"] else None)
+    return out
+
+
 REGISTRY: dict[str, RewardFn] = {
     "accuracy": accuracy_reward,
     "format": format_reward,
     "language_consistency": language_consistency_reward,
     "preference": preference_reward,
     "kimi_length": kimi_length_reward,
+    "thinking_mode": thinking_mode_reward,
+    "tool_format": tool_format_reward,
+    "tool_use": tool_use_reward,
 }
 # Rewards made by a factory from the spec's kwargs (TRL's are callables built per configuration).
 FACTORIES: dict[str, str] = {

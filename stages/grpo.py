@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
 from r1.models import load_model, load_tokenizer
+from r1.modes import with_mode
 from r1.rewards import RewardSpec, build_rewards
 from r1.stage import Stage, StageContext
 from r1.training import (
@@ -97,6 +98,13 @@ class GRPOStageConfig(Section):
     )
     general_share: float = Field(
         0.5, gt=0, le=1, description="share of each later step's prompts that are general"
+    )
+    no_think_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="fused models: this share of reasoning prompts asks /no_think, the rest /think",
+        **new_option(),
     )
     seed: int = 0
     save_steps: int = Field(50, gt=0, **unhashed())
@@ -211,6 +219,26 @@ def phased_prompts(reasoning, general, cfg: GRPOStageConfig):
     return Dataset.from_list(rows)
 
 
+def assign_modes(dataset, cfg: GRPOStageConfig):
+    """Both thinking modes in one run (Qwen3's fusion RL): each reasoning prompt gets a switch.
+
+    A seeded draw per row gives ``no_think_share`` of them ``/no_think`` and the others
+    ``/think``; general prompts (no reference answer) keep theirs. The mode is part of the
+    dataset, so a resumed run sees the same prompts.
+    """
+    import random
+
+    rng = random.Random(f"{cfg.seed}-modes")
+    draws = [rng.random() for _ in range(len(dataset))]
+
+    def switch(row: dict, i: int) -> dict:
+        if row.get("answer") is None:
+            return {"prompt": row["prompt"]}
+        return {"prompt": with_mode(row["prompt"], "no_think" if draws[i] < cfg.no_think_share else "think")}
+
+    return dataset.map(switch, with_indices=True)
+
+
 def grpo_args(cfg: GRPOStageConfig, work_dir):
     """The TRL GRPOConfig for this stage (one optimizer step per generation batch)."""
     from trl import GRPOConfig
@@ -294,6 +322,8 @@ def run_grpo(ctx: StageContext) -> None:
     dataset = data[cfg.split]
     if cfg.general_split:
         dataset = phased_prompts(dataset, data[cfg.general_split], cfg)
+    if cfg.no_think_share:
+        dataset = assign_modes(dataset, cfg)
     context = {"reward_model_path": ctx.inputs["reward_model"].path} if "reward_model" in ctx.inputs else None
     tokenizer = load_tokenizer(model_dir)
     trainer = make_trainer(load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, context)

@@ -89,6 +89,21 @@ def markdown_table(stages: dict[str, dict], spread: dict[str, dict] | None = Non
     return "\n".join([head, rule, *rows])
 
 
+MODE_COLUMNS = (("accuracy", "accuracy"), ("pass@1", "pass@1"), ("mean_length", "mean length"))
+MODE_COLUMNS += (("mode_adherence", "follows the mode"),)
+
+
+def mode_table(stages: dict[str, dict]) -> str:
+    """Fused models in each thinking mode (``by_mode`` of their evaluation), ± se."""
+    head = "| stage | mode | " + " | ".join(title for _, title in MODE_COLUMNS) + " |"
+    rows = [
+        f"| {name} | {mode} | " + " | ".join(_cell(m, k) for k, _ in MODE_COLUMNS) + " |"
+        for name, metrics in stages.items()
+        for mode, m in (metrics.get("by_mode") or {}).items()
+    ]
+    return "\n".join([head, "|---" * (len(MODE_COLUMNS) + 2) + "|", *rows])
+
+
 def plot_curves(curves: dict[str, list[dict]], path: Path) -> bool:
     """One panel per curve metric, one line per GRPO stage; False when there is nothing to plot."""
     import matplotlib
@@ -173,6 +188,9 @@ def build_report(ctx: StageContext) -> None:
             "",
         ]
     md += [markdown_table(stages), ""]
+    if any(m.get("by_mode") for m in stages.values()):
+        md += ["Thinking modes: each prompt asked with `/think` and with `/no_think`.", ""]
+        md += [mode_table(stages), ""]
     if training:
         md += ["| training stage | steps | wall seconds |", "|---|---|---|"]
         md += [f"| {n} | {t.get('steps', '')} | {_wall(t)} |" for n, t in training.items()]
@@ -203,13 +221,15 @@ def spread_of(values: list[float]) -> dict[str, Any]:
     return {"sd": sd, "ci95": [m - half, m + half], "n": n}
 
 
-def _numeric(d: dict) -> dict[str, float]:
-    skip = {"k", "n_problems"}
-    return {
-        k: float(v)
-        for k, v in d.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and k not in skip
-    }
+def _numeric(d: dict, prefix: str = "") -> dict[str, float]:
+    """Every number of a metrics dict, nested sections (``by_mode``) as dotted keys; no ``se``."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "se":
+            out |= _numeric(v, f"{prefix}{k}.")
+        elif isinstance(v, int | float) and not isinstance(v, bool) and k not in {"k", "n_problems"}:
+            out[prefix + k] = float(v)
+    return out
 
 
 def summarize_seeds(reports: dict[int, dict], part: str) -> tuple[dict, dict, dict]:
@@ -279,7 +299,7 @@ def build_seeds_report(ctx: StageContext) -> None:
 
 SEEDS = Stage(
     name="seeds_report",
-    version="1",
+    version="2",
     fn=build_seeds_report,
     config=SeedsReportConfig,
     roles_of=lambda cfg: (tuple(f"seed{s}" for s in cfg.seeds), ()),

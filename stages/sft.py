@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from r1.config import unhashed
+from r1.config import new_option, unhashed
 from r1.launch import LaunchConfig
-from r1.models import load_model, load_tokenizer
+from r1.models import load_model, load_tokenizer, speak_both_modes
 from r1.stage import Stage, StageContext
 from r1.supervised import SFT_PROGRESS, TrainConfig, sft_trainer
 from r1.training import resume_step, run_trainer
@@ -22,6 +22,11 @@ class SFTStageConfig(TrainConfig):
 
     split: str = "train"
     completion_only_loss: bool = True
+    thinking_modes: bool = Field(
+        False,
+        description="teach both modes: the tokenizer learns /think and /no_think and the fusion template",
+        **new_option(),
+    )
     launch: LaunchConfig = Field(default_factory=LaunchConfig, **unhashed())
 
 
@@ -40,10 +45,10 @@ def run_sft(ctx: StageContext) -> None:
             f"SFT needs prompt/completion columns; {ctx.inputs['data'].key} lacks {sorted(missing)}"
         )
     dataset = dataset.select_columns(["prompt", "completion"])
-    tokenizer = load_tokenizer(model_dir)
-    trainer = sft_trainer(
-        load_model(model_dir), tokenizer, dataset, cfg, ctx.work_dir, cfg.completion_only_loss
-    )
+    tokenizer, model = load_tokenizer(model_dir), load_model(model_dir)
+    if cfg.thinking_modes and speak_both_modes(model, tokenizer):
+        print(f"[{ctx.label}] the tokenizer learns /think and /no_think (fusion template)", flush=True)
+    trainer = sft_trainer(model, tokenizer, dataset, cfg, ctx.work_dir, cfg.completion_only_loss)
     history = run_trainer(ctx, trainer, tokenizer, SFT_PROGRESS, max(cfg.logging_steps, 100))
     losses = [h["loss"] for h in history if "loss" in h]
     ctx.metrics.update(

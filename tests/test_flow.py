@@ -140,6 +140,24 @@ def test_r1_full_flow_reports_every_stage_and_reruns_cached(prefect_api, tmp_pat
     second = capsys.readouterr().out
     assert "running" not in second and second.count("cached") >= 20
 
+    # thinking-mode fusion: everything up to the rejection SFT is reused, then both modes train
+    fused = load("r1-full", ROOT / "configs/tiny/r1_full.yaml", [f"store={tmp_path}", "fusion.enabled=true"])
+    fused_path = Path(r1_full(fused))
+    report = json.loads(fused_path.read_text())
+    out = capsys.readouterr().out
+    assert "[rejection_sft] cached" in out and "[reward_model] cached" in out
+    for label in ("fusion_data", "fusion_sft", "final_grpo", "eval:fusion_sft", "eval:final_grpo"):
+        assert f"[{label}] running" in out
+    assert list(report["stages"]) == [*ORDER[:-1], "fusion_sft", ORDER[-1]]
+    for name in ("fusion_sft", "final_grpo"):
+        by_mode = report["stages"][name]["by_mode"]
+        assert set(by_mode) == {"think", "no_think"}
+        assert all(0 <= m["mode_adherence"] <= 1 and "pass@1" in m for m in by_mode.values())
+    assert "by_mode" not in report["stages"]["rejection_sft"]
+    final = Store(tmp_path).ref(report["training"]["final_grpo"]["artifact"])
+    assert "rewards/thinking_mode/mean" in final.file("train_log.jsonl").read_text()  # both modes trained
+    assert "follows the mode" in (fused_path.parent / "report.md").read_text()
+
 
 def test_distill_data_survives_sigkill_with_exactly_the_uninterrupted_rows(tmp_path):
     """SIGKILL during teacher generation, rerun: the same rows as an uninterrupted run, none lost or doubled."""
