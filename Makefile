@@ -11,7 +11,7 @@ ARGS ?=
 SEEDS ?=
 RUN = $(PY) -m flows.cli run
 
-.PHONY: setup r1-zero r1-full distill-data distill ablate test test-fast test-compat lint bench server artifacts clean
+.PHONY: setup r1-zero r1-full r1-tools distill-data distill ablate test test-fast test-compat lint bench server artifacts clean
 
 setup: $(VENV)/.installed
 
@@ -35,6 +35,9 @@ distill-data: setup
 
 distill: setup
 	$(RUN) distill $(if $(RECIPE),--recipe $(RECIPE)) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
+
+r1-tools: setup
+	$(RUN) r1-tools $(if $(RECIPE),--recipe $(RECIPE)) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 ablate: setup
 	$(RUN) ablate $(if $(RECIPE),--recipe $(RECIPE)) $(ARGS)

@@ -110,6 +110,9 @@ CHINESE_CHARS = (
     "可能吧我觉得嗯看情况把和"
 )
 SYMBOLS = "0123456789+-=.,:?!()，。：？！ \n"
+# What tool calls and results add (only when the world has its tool: the default vocabulary stays).
+TOOL_WORDS = ["Tools", "Tool", "calculator", "name", "arguments", "expression", "error"]
+TOOL_SYMBOLS = "{}\"'_"
 
 
 class CorpusConfig(BaseModel):
@@ -140,7 +143,9 @@ class ToolsConfig(BaseModel):
 
     enabled: bool = False
     corpus_share: float = Field(0.3, ge=0, le=1, description="corpus traces written with the tool offered")
-    call_carry: float = Field(0.6, ge=0, le=1, description="P(a tool trace calls at an addition with a carry)")
+    call_carry: float = Field(
+        0.6, ge=0, le=1, description="P(a tool trace calls at an addition with a carry)"
+    )
     call_other: float = Field(0.1, ge=0, le=1, description="P(it calls at any other step)")
     use: float = Field(0.5, ge=0, le=1, description="P(the step after a call goes on from the result)")
 
@@ -268,13 +273,13 @@ def trace_parts(
                 written = true + rng.choice((-2, -1, 1, 2))
         if i > 0:
             parts.append(_THEN[lang_at(i)])
+        risky = written != true or carry  # before any call: the plain trace's draws stay the same
         if tools is not None and tool_rng.random() < (tools.call_carry if carry else tools.call_other):
             parts += [f"{acc}{op}{b}=", ToolCall(f"{acc}{op}{b}", str(true))]
             written = true if tool_rng.random() < tools.use else written
             parts.append(str(written))
         else:
             parts.append(f"{acc}{op}{b}={written}")
-        risky = written != true or carry
         if not clean and risky and rng.random() < corpus.self_check:
             parts.append(_CHECK[lang_at(i)].format(fix=f"{acc}{op}{b}={true}"))
             written = true
@@ -300,7 +305,10 @@ def tool_conversation(prompt: str, parts: list[str | ToolCall]) -> list[dict]:
     text = ""
     for part in parts:
         if isinstance(part, ToolCall):
-            call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": part.expression}}}
+            call = {
+                "type": "function",
+                "function": {"name": "calculator", "arguments": {"expression": part.expression}},
+            }
             messages += [
                 {"role": "assistant", "content": text, "tool_calls": [call]},
                 {"role": "tool", "name": "calculator", "content": part.result},

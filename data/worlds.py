@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from datasets import Dataset
@@ -41,6 +42,15 @@ class MicroWorldData(microworld.WorldConfig):
 DataConfig = Annotated[
     MicroWorldData | ProblemsData | GSM8KData | MATHData | ReasoningGymData, Field(discriminator="kind")
 ]
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """A closed vocabulary: words, characters, and whether the world's tool calls are in it."""
+
+    words: list[str]
+    chars: str
+    tools: bool = False
 
 
 class WorldError(ValueError):
@@ -61,8 +71,8 @@ class World:
     def splits(self, cfg) -> set[str]:
         return {"train", "test"} | ({"general"} if getattr(cfg, "general_path", None) else set())
 
-    def lexicon(self) -> tuple[list[str], str]:
-        """Words and characters of a closed vocabulary, for a word tokenizer built from scratch."""
+    def lexicon(self, cfg: dict) -> Lexicon:
+        """The closed vocabulary a word tokenizer is built from (``cfg``: the data manifest's config)."""
         raise WorldError(f"{self.kind} data has no closed vocabulary: use base.kind pretrained")
 
     def clean_trace(self, row: dict, rng: random.Random) -> str:
@@ -111,8 +121,11 @@ class MicroWorld(World):
     def splits(self, cfg: MicroWorldData) -> set[str]:
         return {"train", "test", "corpus"} | ({"general"} if cfg.n_general else set())
 
-    def lexicon(self) -> tuple[list[str], str]:
-        return list(microworld.ENGLISH_WORDS), microworld.CHINESE_CHARS + microworld.SYMBOLS
+    def lexicon(self, cfg: dict) -> Lexicon:
+        words, chars = list(microworld.ENGLISH_WORDS), microworld.CHINESE_CHARS + microworld.SYMBOLS
+        if (cfg.get("tools") or {}).get("enabled"):
+            return Lexicon(words + microworld.TOOL_WORDS, chars + microworld.TOOL_SYMBOLS, tools=True)
+        return Lexicon(words, chars)
 
     def clean_trace(self, row: dict, rng: random.Random) -> str:
         problem = microworld.problem_from_expression(row["expression"], row["language"])

@@ -107,7 +107,7 @@ class Fusion(Section):
     enabled: bool = False
     data: FusionDataConfig = Field(default_factory=FusionDataConfig)
     sft: SFTStageConfig = Field(default_factory=lambda: SFTStageConfig(thinking_modes=True))
-    no_think_share: float = Field(0.5, ge=0, le=1)
+    no_think_share: float = Field(0.15, ge=0, le=1)
     mode_reward_weight: float = Field(0.5, ge=0)
     eval_modes: list[Mode] = Field(default_factory=lambda: list(MODES), min_length=1)
 
@@ -143,6 +143,32 @@ class R1FullRecipe(R1ZeroRecipe):
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     final_grpo: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
     fusion: Fusion = Field(default_factory=Fusion)
+
+
+class R1ToolsRecipe(R1ZeroRecipe):
+    """Agent RL: ``grpo`` rolls out with ``grpo.tools`` (masked from the loss); ``eval`` runs twice,
+    without the tool and with it (the same tools and call limit as training)."""
+
+    flow: Literal["r1-tools"] = "r1-tools"
+    name: str = "r1-tools"
+
+    @model_validator(mode="after")
+    def _tools(self) -> R1ToolsRecipe:
+        if not self.grpo.tools:
+            raise ValueError("r1-tools trains with tools: set grpo.tools (e.g. [calculator])")
+        if self.data.kind == "microworld" and not self.data.tools.enabled:
+            raise ValueError(
+                "r1-tools on the micro-world needs its tool in the corpus: set data.tools.enabled: true "
+                "(the base learns the call syntax from it)"
+            )
+        return self
+
+    def eval_with_tools(self) -> EvalConfig:
+        """The evaluation section with the training run's tools offered."""
+        generation = self.eval.generation.model_copy(
+            update={"tools": list(self.grpo.tools), "max_tool_calls": self.grpo.max_tool_calls}
+        )
+        return self.eval.model_copy(update={"generation": generation})
 
 
 class Teacher(Section):

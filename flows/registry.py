@@ -62,6 +62,13 @@ FLOWS: dict[str, FlowSpec] = {
             "the four R1 stages: cold start, reasoning GRPO, rejection-sampled SFT, all-scenario GRPO",
         ),
         FlowSpec(
+            "r1-tools",
+            "flows.recipes:R1ToolsRecipe",
+            CONFIGS / "r1_tools.yaml",
+            "flows.r1_tools:r1_tools",
+            "agent RL: GRPO whose rollouts call a calculator, tool results masked from the loss",
+        ),
+        FlowSpec(
             "ablate",
             "flows.recipes:AblateRecipe",
             CONFIGS / "ablate.yaml",

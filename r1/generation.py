@@ -8,12 +8,12 @@ is a config change (``backend: vllm``), not a code fork.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from r1.config import Section, new_option, unhashed
 from r1.cores import adapt
@@ -34,11 +34,17 @@ class SamplingConfig(BaseModel):
 
 @dataclass(frozen=True)
 class Generated:
-    """One completion: its text (special tokens removed), token count, and whether it ended (EOS)."""
+    """One completion: its text (special tokens removed), token count, and whether it ended (EOS).
+
+    A completion that called tools also has ``messages``: the assistant turns (with their
+    ``tool_calls``) and tool turns, what TRL hands the rewards; ``text`` is then the assistant
+    text alone and ``num_tokens`` the model's own tokens.
+    """
 
     text: str
     num_tokens: int
     finished: bool
+    messages: list[dict] | None = None
 
 
 class GenerationBackend(Protocol):
@@ -297,6 +303,138 @@ class ThinkingBudget:
         return out
 
 
+def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
+    """The tokens a tool turn adds after an assistant turn that called it, generation prompt included.
+
+    Rendered the way TRL's rollouts render it (``GRPOTrainer._get_tool_suffix_ids``): a dummy call,
+    then the same conversation with the tool messages; the difference, cut after the call's EOS.
+    """
+    call = {"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}
+    dummy = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    prefix = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(
+        dummy + tool_messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
+    prefix = prefix[: eos[-1] + 1] if eos else prefix
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template does not preserve prefixes: a tool turn cannot be appended")
+    return full[len(prefix) :]
+
+
+def call_tool(by_name: dict[str, Callable], call: dict) -> dict:
+    """Run one parsed call; a failure comes back to the model as ``{"error": ...}``, as in TRL."""
+    function = call.get("function") or {}
+    name = function.get("name", "unknown")
+    try:
+        if call.get("type", "function") != "function" or name not in by_name:
+            raise ValueError(f"Tool {name} not found.")
+        result = by_name[name](**(function.get("arguments") or {}))
+    except Exception as e:  # noqa: BLE001 - the model sees the error, as TRL's rollouts show it
+        result = {"error": str(e)}
+    return {"role": "tool", "name": name, "content": str(result)}
+
+
+@dataclass
+class _Episode:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    model_tokens: int
+    messages: list[dict]
+
+    def pending(self) -> list[dict]:
+        last = self.messages[-1] if self.messages else {}
+        return last.get("tool_calls") or [] if last.get("role") == "assistant" else []
+
+
+class ToolLoop:
+    """Generation with tools, offline: TRL's multi-turn rollout for evaluation and sampling.
+
+    Prompts are rendered with the tools offered. A turn that ends in a well-formed call (the
+    tokenizer's response parser finds ``tool_calls``) gets each tool's result as a tool turn and
+    continues from its own tokens, for at most ``max_calls`` rounds and ``max_new_tokens`` in all,
+    tool tokens included (TRL's ``max_completion_length``); a tool turn that would not fit ends
+    the episode at its call, as TRL drops it.
+    """
+
+    def __init__(self, inner: GenerationBackend, tools: Sequence[Callable], max_calls: int) -> None:
+        self.inner = inner
+        self.tools = list(tools)
+        self.by_name = {t.__name__: t for t in self.tools}
+        self.max_calls = max_calls
+        self.tokenizer = inner.tokenizer
+        if getattr(self.tokenizer, "response_template", None) is None:
+            raise ValueError(
+                "tool calls need a tokenizer that parses them (a response_template): the micro-world's "
+                "base has one when data.tools.enabled; a real checkpoint needs TRL's add_response_schema"
+            )
+
+    def _parse(self, ids: list[int], prefix: list[int]) -> dict:
+        from trl.chat_template_utils import parse_response
+
+        return parse_response(self.tokenizer, ids, prefix=prefix, tools=self.tools)
+
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
+    ) -> list[list[Generated]]:
+        tok = self.tokenizer
+        texts = [
+            p
+            if isinstance(p, str)
+            else tok.apply_chat_template(
+                list(p), tools=self.tools, add_generation_prompt=True, tokenize=False
+            )
+            for p in prompts
+        ]
+        ids = tok(texts, add_special_tokens=False)["input_ids"] if texts else []
+        first = self.inner.generate_ids(ids, n, sampling, seed, keys=texts)
+        episodes = [
+            [_Episode(ids[i], list(c), len(c), [self._parse(c, ids[i])]) for c in group]
+            for i, group in enumerate(first)
+        ]
+        flat = [e for group in episodes for e in group]
+        for round_ in range(self.max_calls):
+            calling = []
+            for e in (e for e in flat if e.pending()):
+                results = [call_tool(self.by_name, c) for c in e.pending()]
+                suffix = tool_suffix_ids(tok, results)
+                if len(e.completion_ids) + len(suffix) >= sampling.max_new_tokens:
+                    continue  # no room for the result and an answer: the episode ends at its call
+                e.messages += results
+                e.completion_ids += suffix
+                calling.append(e)
+            if not calling:
+                break
+            budget = [sampling.max_new_tokens - len(e.completion_ids) for e in calling]
+            more = self.inner.generate_ids(
+                [e.prompt_ids + e.completion_ids for e in calling],
+                1,
+                sampling.model_copy(update={"max_new_tokens": max(budget)}),
+                seed + 1 + round_,
+            )
+            for e, room, (turn,) in zip(calling, budget, more, strict=True):
+                turn = turn[:room]
+                e.messages.append(self._parse(turn, e.prompt_ids + e.completion_ids))
+                e.completion_ids += turn
+                e.model_tokens += len(turn)
+        eos = tok.eos_token_id
+        return [
+            [
+                Generated(
+                    "".join(str(m.get("content") or "") for m in e.messages if m.get("role") == "assistant"),
+                    e.model_tokens,
+                    bool(e.completion_ids) and e.completion_ids[-1] == eos and not e.pending(),
+                    e.messages,
+                )
+                for e in group
+            ]
+            for group in episodes
+        ]
+
+    def generate_ids(self, prompt_ids, n, sampling, seed, keys=None):
+        raise NotImplementedError("tool episodes are messages, not one token stream: use generate")
+
+
 class GenerationSettings(Section):
     """How a stage generates: sampling knobs, the backend and its batch (one section everywhere).
 
@@ -316,6 +454,20 @@ class GenerationSettings(Section):
         description="close the think block after this many tokens and let the model answer (Qwen3)",
         **new_option(),
     )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="tools offered (r1.tools), called in a multi-turn loop",
+        **new_option(),
+    )
+    max_tool_calls: int = Field(3, gt=0, description="tool rounds per completion", **new_option())
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, names: list[str]) -> list[str]:
+        from r1.tools import tools_named
+
+        tools_named(names)  # an unknown name fails at load time, with the known ones
+        return names
 
     def sampling(self, **change: Any) -> SamplingConfig:
         """The per-call sampling parameters (``change`` overrides some, e.g. ``temperature=0``)."""
@@ -330,7 +482,13 @@ class GenerationSettings(Section):
 
     def backend_for(self, model_path: str | Path) -> GenerationBackend:
         backend = make_backend(self.backend, model_path, batch_size=self.batch_size, vllm=self.vllm)
-        return ThinkingBudget(backend, self.thinking_budget) if self.thinking_budget else backend
+        if self.thinking_budget:
+            backend = ThinkingBudget(backend, self.thinking_budget)
+        if self.tools:
+            from r1.tools import tools_named
+
+            backend = ToolLoop(backend, tools_named(self.tools), self.max_tool_calls)
+        return backend
 
 
 def make_backend(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from pathlib import Path
 
 import torch
@@ -157,14 +158,18 @@ class GRPOTrainer(_TRLGRPOTrainer):
         self.dynamic_rounds = dynamic_rounds  # None: off; else extra rollouts allowed per step
         self.curriculum = curriculum  # r1 Curriculum settings, or None
         self.generated_tokens = 0  # since the last log row (LogExtras reads and resets it)
+        self.rollout_seconds = 0.0  # time in rollouts (tool calls included), likewise
         super().__init__(*args, **kwargs)
         if self.curriculum is not None:
             self.pass_rates = PassRates(len(self.train_dataset))
 
     # -- rollouts -------------------------------------------------------------------------------
     def _generate(self, prompts):
+        start = time.monotonic()
         out = super()._generate(prompts)
-        self.generated_tokens += sum(len(ids) for ids in out[1])  # completion ids
+        self.rollout_seconds += time.monotonic() - start
+        tool_mask = out[2]  # the model's own tokens: tool results are not generated
+        self.generated_tokens += sum(sum(m) for m in tool_mask) if tool_mask else sum(len(c) for c in out[1])
         return out
 
     def _fast_rollouts(self, images, multimodal_fields) -> bool:

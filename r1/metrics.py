@@ -17,6 +17,7 @@ from r1.answers import answers_match, extract_answer
 from r1.generation import Generated
 from r1.language import language_share
 from r1.rewards import is_well_formatted
+from r1.tools import episode_stats
 
 DEFAULT_SELF_CHECK = r"\b(wait|check|verify)\b|等等|检查"
 
@@ -50,7 +51,16 @@ def score_problem(
         ],
         "sample_self_check": [bool(self_check.search(s.text)) for s in samples],
         "maj_correct": answers_match(gold, majority_answer(answers)),
+        **tool_columns(samples),
     }
+
+
+def tool_columns(samples: Sequence[Generated]) -> dict[str, list[int]]:
+    """Per-sample tool calls (attempted, well formed, used) when the completions could call tools."""
+    if not samples or samples[0].messages is None:
+        return {}
+    stats = [episode_stats(s.messages) for s in samples]
+    return {f"sample_tool_{k}": [st[k] for st in stats] for k in ("attempts", "well_formed", "used")}
 
 
 def standard_error(values: Sequence[float]) -> float:
@@ -67,6 +77,24 @@ def standard_error(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / n / n)
 
 
+def tool_rates(records: Sequence[dict]) -> dict[str, list[float]]:
+    """Per-problem tool metrics: the share of samples that call, and calls per sample."""
+    return {
+        "tool_call_rate": [mean(a > 0 for a in r["sample_tool_attempts"]) for r in records],
+        "calls_per_episode": [mean(r["sample_tool_attempts"]) for r in records],
+    }
+
+
+def pooled_tool_shares(records: Sequence[dict]) -> dict[str, float]:
+    """Of all calls: the share well formed (parsed, ran); of those, the share whose result was used."""
+    total = {k: sum(sum(r[f"sample_tool_{k}"]) for r in records) for k in ("attempts", "well_formed", "used")}
+    return {
+        "well_formed_call_rate": total["well_formed"] / total["attempts"] if total["attempts"] else 0.0,
+        "used_call_rate": total["used"] / total["well_formed"] if total["well_formed"] else 0.0,
+        "tool_calls": total["attempts"],
+    }
+
+
 def aggregate(records: Sequence[dict]) -> dict[str, float]:
     """Dataset-level metrics from per-problem records, with each one's standard error in ``se``."""
     per_problem = {
@@ -80,8 +108,12 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
         "lang_consistency": [mean(r["sample_single_language"]) for r in records],
         "self_check_rate": [mean(r["sample_self_check"]) for r in records],
     }
+    if records and "sample_tool_attempts" in records[0]:
+        per_problem |= tool_rates(records)
     out: dict = {name: mean(values) for name, values in per_problem.items()}
     out["se"] = {name: standard_error(values) for name, values in per_problem.items()}
+    if records and "sample_tool_attempts" in records[0]:
+        out |= pooled_tool_shares(records)
     out["k"] = len(records[0]["samples"]) if records else 0
     out["n_problems"] = len(records)
     return out

@@ -102,7 +102,60 @@ R1_ZERO_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 
-_PIECE = r"<think>|</think>|<answer>|</answer>| ?[A-Za-z]+|\d|\s|[^\sA-Za-z\d]"
+# Tool calls (agent RL): a JSON call between tags that end the assistant turn, the result as a tool
+# turn, then the assistant goes on. Tools offered are named on a first line. Prefix-preserving (each
+# message renders the same whatever follows), as TRL's multi-turn rollouts require; transformers'
+# chat environment trims a newline after a block tag, hence the quoted newlines.
+TOOL_TAGS = ("<tool_call>", "</tool_call>")
+_NL = "{{ '\\n' }}"
+MICRO_TOOL_TEMPLATE = (
+    "{% if tools %}Tools:{% for t in tools %}"
+    "{{ (t['function'] if t['function'] is defined else t)['name'] }}{% if not loop.last %},{% endif %}"
+    "{% endfor %}" + _NL + "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}System:{{ m['content'] }}" + _NL + ""
+    "{% elif m['role'] == 'user' %}User:{{ m['content'] }}" + _NL + ""
+    "{% elif m['role'] == 'tool' %}Tool:{{ m['content'] }}" + _NL + ""
+    "{% else %}Assistant:{{ m['content'] if m['content'] is string else '' }}"
+    "{% if m['tool_calls'] is defined and m['tool_calls'] %}{% for tc in m['tool_calls'] %}"
+    "{% set f = tc['function'] if tc['function'] is defined else tc %}"
+    '<tool_call>{"name":"{{ f[\'name\'] }}","arguments":'
+    "{% if f['arguments'] is string %}{{ f['arguments'] }}"
+    "{% else %}{{ f['arguments'] | tojson(separators=(',', ':')) }}{% endif %}"
+    "}</tool_call>{% endfor %}{% endif %}" + EOS + _NL + "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+# How transformers parses a generated turn back into a message (``tokenizer.parse_response``, which
+# TRL's rollouts call): JSON tool calls out of the text, everything else the content.
+MICRO_TOOL_RESPONSE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "Assistant:",
+    "fields": {
+        "tool_calls": {
+            "open": TOOL_TAGS[0],
+            "close_pattern": re.escape(TOOL_TAGS[1]) + r"\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {
+            "close_pattern": re.escape(EOS) + r"\s*",
+            "content": "text",
+            "content_args": {"strip": False},
+            "repeats": True,
+            "join": "",
+        },
+    },
+}
+
+
+def _piece_pattern(tags: tuple[str, ...]) -> str:
+    """The pre-tokenizer's split: whole tags, words with their leading space, digits, one char."""
+    return "|".join(tags) + r"| ?[A-Za-z]+|\d|\s|[^\sA-Za-z\d]"
+
+
+_PIECE = _piece_pattern(TAGS)
 
 
 class ModelConfig(BaseModel):
@@ -136,27 +189,32 @@ class ModelConfig(BaseModel):
         return self
 
 
-def build_word_tokenizer(words: list[str], chars: str):
+def build_word_tokenizer(words: list[str], chars: str, tools: bool = False):
     """A word-level tokenizer over a closed lexicon: one token per word, digit, symbol or CJK char.
 
     Decoding fuses tokens without separators (English words carry their own leading space), so
-    ``decode(encode(text)) == text`` for any text inside the lexicon.
+    ``decode(encode(text)) == text`` for any text inside the lexicon. With ``tools`` the tool-call
+    tags are whole tokens too, and the tokenizer gets the tool chat template and its response
+    parser.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    pieces = [PAD, EOS, UNK, *TAGS]
+    tags = (*TAGS, *TOOL_TAGS) if tools else TAGS
+    pieces = [PAD, EOS, UNK, *tags]
     for w in words:
         pieces += [w, " " + w]
     pieces += list(dict.fromkeys(chars))
     vocab = {p: i for i, p in enumerate(dict.fromkeys(pieces))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_PIECE), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_piece_pattern(tags)), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
     )
-    fast.chat_template = MICRO_CHAT_TEMPLATE
+    fast.chat_template = MICRO_TOOL_TEMPLATE if tools else MICRO_CHAT_TEMPLATE
+    if tools:
+        fast.response_template = MICRO_TOOL_RESPONSE
     return fast
 
 

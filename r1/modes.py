@@ -1,7 +1,7 @@
 """Thinking modes (Qwen3's thinking-mode fusion): one model that reasons or answers directly.
 
-A prompt asks for a mode with a switch at the end of a user turn: ``/think`` or ``/no_think``,
-the last one in the conversation winning, thinking when there is none (Qwen3's convention). A
+A prompt asks for a mode with a switch in a user turn: ``/think`` or ``/no_think``, the last
+one in the conversation winning (``with_mode`` puts it at the front of the last user turn), thinking when there is none (Qwen3's convention). A
 non-thinking answer is an empty think block and then the answer; chat templates that know the
 modes pre-fill that empty block in the generation prompt, so a completion may start after it.
 These helpers are pure functions over prompts and texts, shared by the template, the fusion data,
@@ -10,6 +10,7 @@ the rewards and the evaluation, so every place agrees on what "obeys the mode" m
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 Mode = Literal["think", "no_think"]
@@ -17,6 +18,7 @@ MODES: tuple[Mode, ...] = ("think", "no_think")
 THINK_SWITCH, NO_THINK_SWITCH = "/think", "/no_think"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EMPTY_THINK = THINK_OPEN + THINK_CLOSE
+_SWITCH_WORD = re.compile(r"(?<!\S)/(?:no_think|think)(?!\S) ?")
 
 
 def _user_turns(prompt: Any) -> list[str]:
@@ -47,13 +49,20 @@ def requested_mode(prompt: Any) -> Mode:
 
 
 def with_mode(prompt: Any, mode: Mode) -> Any:
-    """The prompt with ``mode``'s switch appended to its last user turn (chat messages or a string)."""
+    """The prompt with ``mode``'s switch opening its last user turn (chat messages or a string).
+
+    Any place in the turn counts (the last switch of the conversation wins); the front is where
+    a small model notices it least: its reading of the problem is anchored at the end of the
+    prompt, and a token after the question moves every operand (appended, the micro-world's
+    rejection-SFT model fell from 0.80 to 0.19 greedy accuracy before any fusion training;
+    prepended, to 0.42). A switch the turn already holds is replaced, so the newest request is the one that counts.
+    """
     switch = THINK_SWITCH if mode == "think" else NO_THINK_SWITCH
     if isinstance(prompt, str):
-        return f"{prompt} {switch}"
+        return f"{switch} {_SWITCH_WORD.sub('', prompt)}"
     messages = [dict(m) for m in prompt]
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    messages[last]["content"] = f"{messages[last]['content']} {switch}"
+    messages[last]["content"] = f"{switch} {_SWITCH_WORD.sub('', messages[last]['content'])}"
     return messages
 
 

@@ -57,8 +57,10 @@ def _messages(completion: Any) -> list[dict]:
 
 
 def _is_error(content: Any) -> bool:
-    return isinstance(content, dict) and "error" in content or (
-        isinstance(content, str) and content.lstrip().startswith("{") and "error" in content
+    return (
+        isinstance(content, dict)
+        and "error" in content
+        or (isinstance(content, str) and content.lstrip().startswith("{") and "error" in content)
     )
 
 
@@ -76,7 +78,9 @@ def episode_stats(completion: Any) -> dict[str, int]:
         role = m.get("role", "assistant")
         if role == "assistant":
             content = m.get("content") or ""
-            attempts += len(m.get("tool_calls") or []) + (content.count(TOOL_OPEN) if isinstance(content, str) else 0)
+            attempts += len(m.get("tool_calls") or []) + (
+                content.count(TOOL_OPEN) if isinstance(content, str) else 0
+            )
         elif role == "tool":
             content = m.get("content")
             if _is_error(content):

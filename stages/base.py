@@ -9,6 +9,7 @@ the store, so every later stage reads a content-addressed copy.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -25,6 +26,7 @@ from r1.models import (
 )
 from r1.stage import Stage, StageContext
 from r1.supervised import SFT_PROGRESS, TrainConfig, sft_trainer
+from r1.tools import TOOLS
 from r1.training import resume_step, run_trainer
 
 
@@ -64,13 +66,22 @@ BaseConfig = Annotated[MicroBase | PretrainedBase, Field(discriminator="kind")]
 
 
 def _corpus_text(dataset, tokenizer) -> list[str]:
-    """Corpus rows rendered through the chat template, the way the model will be prompted."""
-    return [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}, {"role": "assistant", "content": c}], tokenize=False
-        )
-        for p, c in zip(dataset["prompt"], dataset["completion"], strict=True)
-    ]
+    """Corpus rows rendered through the chat template, the way the model will be prompted.
+
+    A tool trace (a ``messages`` conversation) is rendered with the world's tools offered, so the
+    base sees the tool line, the calls and the results exactly as rollouts will show them.
+    """
+    tool_traces = dataset["messages"] if "messages" in dataset.column_names else [""] * len(dataset)
+    out = []
+    for p, c, m in zip(dataset["prompt"], dataset["completion"], tool_traces, strict=True):
+        if m:
+            out.append(
+                tokenizer.apply_chat_template(json.loads(m), tools=list(TOOLS.values()), tokenize=False)
+            )
+        else:
+            messages = [{"role": "user", "content": p}, {"role": "assistant", "content": c}]
+            out.append(tokenizer.apply_chat_template(messages, tokenize=False))
+    return out
 
 
 def pack_blocks(texts: list[str], tokenizer, block_size: int, seed: int) -> list[list[int]]:
@@ -101,9 +112,9 @@ def build_base(ctx: StageContext) -> None:
         return
     from datasets import Dataset
 
-    words, chars = world_for(ctx.inputs["data"]).lexicon()
+    lexicon = world_for(ctx.inputs["data"]).lexicon(ctx.inputs["data"].manifest()["config"])
     corpus = ctx.inputs["data"].dataset()["corpus"]
-    tokenizer = build_word_tokenizer(words, chars)
+    tokenizer = build_word_tokenizer(lexicon.words, lexicon.chars, tools=lexicon.tools)
     model = build_llama(cfg.model, tokenizer, cfg.seed)
     blocks = pack_blocks(_corpus_text(corpus, tokenizer), tokenizer, cfg.block_size, cfg.seed)
     text = Dataset.from_dict({"input_ids": blocks})

@@ -5,7 +5,7 @@ empty think block) this stage writes, per reasoning row, the thinking example (t
 for ``no_think_share`` of them, a non-thinking example of the same prompt: the final answer after
 an empty think block, the way the fusion chat template pre-fills it, always marked ``/no_think``.
 Non-reasoning rows are non-thinking examples. ``switch_share`` of the other examples carry an
-explicit ``/think`` or ``/no_think`` at the end of the user turn; unmarked reasoning rows teach
+explicit ``/think`` or ``/no_think`` at the start of the user turn; unmarked reasoning rows teach
 that thinking is the default. Every row records its ``mode`` and whether it carries a switch; ``stats.json`` counts them.
 """
 
@@ -82,4 +82,4 @@ def build_fusion_data(ctx: StageContext) -> None:
     print(f"[{ctx.label}] {stats}", flush=True)
 
 
-STAGE = Stage(name="fusion_data", version="1", fn=build_fusion_data, config=FusionDataConfig, inputs=("sft",))
+STAGE = Stage(name="fusion_data", version="2", fn=build_fusion_data, config=FusionDataConfig, inputs=("sft",))

@@ -9,6 +9,7 @@ Checkpoints are the Trainer's own ``checkpoint-N`` folders in the work directory
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -19,6 +20,7 @@ from r1.models import load_model, load_tokenizer
 from r1.modes import with_mode
 from r1.rewards import RewardSpec, build_rewards
 from r1.stage import Stage, StageContext
+from r1.tools import tools_named
 from r1.training import (
     LogExtras,
     LoraSettings,
@@ -99,6 +101,12 @@ class GRPOStageConfig(Section):
     general_share: float = Field(
         0.5, gt=0, le=1, description="share of each later step's prompts that are general"
     )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="agent RL: tools the policy may call in its rollouts (r1.tools); results are masked from the loss",
+        **new_option(),
+    )
+    max_tool_calls: int = Field(3, gt=0, description="tool rounds per rollout", **new_option())
     no_think_share: float = Field(
         0.0,
         ge=0,
@@ -146,6 +154,12 @@ class GRPOStageConfig(Section):
     @classmethod
     def _trl_args(cls, v: dict[str, Any]) -> dict[str, Any]:
         return check_trl_args("GRPOConfig", v)
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, names: list[str]) -> list[str]:
+        tools_named(names)
+        return names
 
     def task_splits(self) -> dict[str, str]:
         splits = {
@@ -273,6 +287,7 @@ def grpo_args(cfg: GRPOStageConfig, work_dir):
         reward_weights=[spec.weight for spec in cfg.rewards],
         shuffle_dataset=cfg.general_split is None,
         gradient_checkpointing=False,
+        **({"max_tool_calling_iterations": cfg.max_tool_calls} if cfg.tools else {}),
         **rollout_kwargs(cfg),
     )
     # trl_args last and merged, so a recipe may override any default set here.
@@ -302,12 +317,18 @@ def make_trainer(model, tokenizer, dataset, cfg: GRPOStageConfig, work_dir, rewa
         dataset = dataset.add_column("prompt_index", list(range(len(dataset))))
     funcs, _ = build_rewards(cfg.rewards, reward_context)
     args = grpo_args(cfg, work_dir)
+    if cfg.tools and getattr(tokenizer, "response_template", None) is None:
+        raise ValueError(
+            "grpo.tools needs a tokenizer that parses tool calls (a response_template): the micro-world's "
+            "base has one when data.tools.enabled; for a real checkpoint set one (TRL's add_response_schema)"
+        )
     return GRPOTrainer(
         model=model,
         reward_funcs=funcs,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
+        tools=tools_named(cfg.tools) or None,
         peft_config=peft_config(cfg.lora),
         fast=cfg.engine == "fast",
         dynamic_rounds=cfg.dynamic_sampling.max_rounds if cfg.dynamic_sampling.enabled else None,
@@ -346,6 +367,15 @@ def run_grpo(ctx: StageContext) -> None:
             "final_reward": sum(h["reward"] for h in steps[-10:]) / len(steps[-10:]) if steps else None,
         }
     )
+    timed = [h for h in history if h.get("timing/step_seconds")]
+    if timed:  # the share of step time spent generating (agent RL: 70-80 % in the notes)
+        total = sum(h["timing/step_seconds"] for h in timed)
+        ctx.metrics["rollout_share"] = (
+            sum(h["timing/rollout_seconds"] for h in timed) / total if total else None
+        )
+    if cfg.tools:
+        calls = [h["tools/call_frequency"] for h in history if "tools/call_frequency" in h]
+        ctx.metrics["tool_calls_per_rollout"] = sum(calls) / len(calls) if calls else None
     if counted:  # summed over the whole log, so a resumed run counts its earlier attempts too
         ctx.metrics["nonfinite_rewards"] = {
             f.__name__: sum(h.get(f"rewards/{f.__name__}/nonfinite", 0) for h in history) for f in counted
@@ -353,13 +383,19 @@ def run_grpo(ctx: StageContext) -> None:
 
 
 def _generation_counts(trainer, funcs):
-    """Per log row: tokens generated since the previous row, and NaN/inf scores each ``on_nonfinite:
-    zero`` reward replaced by 0."""
+    """Per log row: tokens generated since the previous row, the seconds spent in rollouts and in
+    all (``timing/``), and NaN/inf scores each ``on_nonfinite: zero`` reward replaced by 0."""
     seen = {f.__name__: 0 for f in funcs}
+    last = [time.monotonic()]
 
     def extras() -> dict[str, int]:
-        out = {"generation/tokens": trainer.generated_tokens}
-        trainer.generated_tokens = 0
+        now = time.monotonic()
+        out = {
+            "generation/tokens": trainer.generated_tokens,
+            "timing/rollout_seconds": round(trainer.rollout_seconds, 4),
+            "timing/step_seconds": round(now - last[0], 4),
+        }
+        trainer.generated_tokens, trainer.rollout_seconds, last[0] = 0, 0.0, now
         for f in funcs:
             total = f.stats["nonfinite"]
             out[f"rewards/{f.__name__}/nonfinite"] = total - seen[f.__name__]
@@ -371,9 +407,12 @@ def _generation_counts(trainer, funcs):
 
 def _progress_keys(cfg: GRPOStageConfig) -> dict[str, str]:
     keys = {"reward": "reward"}
-    for spec in cfg.rewards:
-        short = spec.name.rsplit(":", 1)[-1]
-        keys[f"rewards/{short}/mean"] = short[:4]
+    shorts = [spec.name.rsplit(":", 1)[-1] for spec in cfg.rewards]
+    for short in shorts:  # four letters, unless two rewards would share them (tool_format, tool_use)
+        clash = sum(s[:4] == short[:4] for s in shorts) > 1
+        keys[f"rewards/{short}/mean"] = short if clash else short[:4]
+    if cfg.tools:
+        keys["tools/call_frequency"] = "calls"
     keys["completions/mean_length"] = "len"
     keys["entropy"] = "entropy"
     return keys

@@ -104,6 +104,22 @@ def mode_table(stages: dict[str, dict]) -> str:
     return "\n".join([head, "|---" * (len(MODE_COLUMNS) + 2) + "|", *rows])
 
 
+TOOL_COLUMNS = (("accuracy", "accuracy"), ("pass@1", "pass@1"), ("tool_call_rate", "samples that call"))
+TOOL_COLUMNS += (("calls_per_episode", "calls per sample"), ("well_formed_call_rate", "calls well formed"))
+TOOL_COLUMNS += (("used_call_rate", "results used"),)
+
+
+def tool_table(stages: dict[str, dict]) -> str:
+    """Evaluations with tools offered: accuracy beside how the model called them."""
+    head = "| stage | " + " | ".join(title for _, title in TOOL_COLUMNS) + " |"
+    rows = [
+        f"| {name} | " + " | ".join(_cell(m, k) for k, _ in TOOL_COLUMNS) + " |"
+        for name, m in stages.items()
+        if "tool_call_rate" in m
+    ]
+    return "\n".join([head, "|---" * (len(TOOL_COLUMNS) + 1) + "|", *rows])
+
+
 def plot_curves(curves: dict[str, list[dict]], path: Path) -> bool:
     """One panel per curve metric, one line per GRPO stage; False when there is nothing to plot."""
     import matplotlib
@@ -191,9 +207,15 @@ def build_report(ctx: StageContext) -> None:
     if any(m.get("by_mode") for m in stages.values()):
         md += ["Thinking modes: each prompt asked with `/think` and with `/no_think`.", ""]
         md += [mode_table(stages), ""]
+    if any("tool_call_rate" in m for m in stages.values()):
+        md += ["With the tool offered (the same tools and call limit as training):", ""]
+        md += [tool_table(stages), ""]
     if training:
-        md += ["| training stage | steps | wall seconds |", "|---|---|---|"]
-        md += [f"| {n} | {t.get('steps', '')} | {_wall(t)} |" for n, t in training.items()]
+        md += ["| training stage | steps | wall seconds | step time in rollouts |", "|---|---|---|---|"]
+        md += [
+            f"| {n} | {t.get('steps', '')} | {_wall(t)} | {_fmt(t['rollout_share']) if t.get('rollout_share') else ''} |"
+            for n, t in training.items()
+        ]
         md += [""]
     if plotted:
         md += ["![GRPO curves](grpo_curves.png)", ""]
@@ -202,7 +224,7 @@ def build_report(ctx: StageContext) -> None:
     (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
 
 
-STAGE = Stage(name="report", version="2", fn=build_report, config=ReportConfig, roles_of=report_roles)
+STAGE = Stage(name="report", version="3", fn=build_report, config=ReportConfig, roles_of=report_roles)
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then the normal's 1.96).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145)

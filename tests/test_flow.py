@@ -361,3 +361,39 @@ def test_the_tiny_ablation_trains_every_variant_and_reports_them(tmp_path):
     # dynamic sampling generated more than one rollout per step on a model without a signal
     assert report["variants"]["dapo"]["generated_tokens"] > report["variants"]["dr_grpo"]["generated_tokens"]
     assert "[selected_prompts] kept" in out.stdout
+
+
+def test_r1_tools_runs_reports_the_tool_table_and_resumes_after_sigkill(tmp_path):
+    """The agent-RL flow: kill -9 during its tool GRPO, rerun, and the report has every tool figure."""
+    recipe = ROOT / "configs/tiny/r1_tools.yaml"
+    cmd = [sys.executable, "-m", "flows.cli", "run", "r1-tools", "--recipe", str(recipe), f"store={tmp_path}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if any((tmp_path / "work").glob("grpo-*/checkpoint-*/trainer_state.json")):
+                break
+            assert proc.poll() is None, "the run ended before GRPO's first checkpoint:\n" + proc.stdout.read()
+            time.sleep(0.05)
+        else:
+            pytest.fail("no GRPO checkpoint within 300 s")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert not list((tmp_path / "artifacts").glob("grpo-*")), "GRPO finished before the kill"
+
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for label in ("data", "base", "eval:base", "eval:base+tool"):
+        assert f"[{label}] cached" in out.stdout
+    assert "[tools_rl] resuming from step " in out.stdout
+    report = json.loads(Path(out.stdout.split("report: ")[1].split()[0]).read_text())
+    assert set(report["stages"]) == {"base", "base+tool", "tools_rl", "tools_rl+tool"}
+    tool = report["stages"]["tools_rl+tool"]
+    for key in ("tool_call_rate", "calls_per_episode", "well_formed_call_rate", "used_call_rate"):
+        assert 0 <= tool[key] <= (3 if key == "calls_per_episode" else 1), key
+    assert "tool_call_rate" not in report["stages"]["tools_rl"]  # no tool offered, no tool figures
+    assert 0 < report["training"]["tools_rl"]["rollout_share"] < 1
