@@ -6,13 +6,17 @@ r1 recipes                              the flows and their default recipes
 r1 artifacts [--store DIR]              list artifacts with their inputs
 r1 lineage KEY [--store DIR]            an artifact's ancestry
 r1 verify [KEY ...] [--store DIR]       re-hash artifacts against their manifests
+r1 export KEY DIR [--store DIR] [--push-to-hub REPO]   a model as a clean HF folder with its card
+r1 compare REPORT ...                   reports side by side (report.json, its folder, or a run name)
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from pathlib import Path
 
 import flows  # noqa: F401  (sets Prefect's telemetry off before anything imports prefect)
 from r1.config import ConfigError
@@ -22,9 +26,12 @@ from r1.store import open_store
 def _run(args: argparse.Namespace) -> int:
     from flows import recipes
     from flows.registry import flow_spec
+    from r1.noise import quiet_known_noise
 
+    os.environ["R1_PROGRESS"] = "verbose" if args.verbose else "quiet" if args.quiet else "normal"
     if not args.verbose:
         _one_line_run_failures()  # Prefect's console handler exists once prefect is imported
+        quiet_known_noise()
 
     spec = flow_spec(args.flow)
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
@@ -95,6 +102,50 @@ def _lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from r1 import cards
+
+    store = open_store(args.store)
+    try:
+        out = cards.export(store, args.key, Path(args.dir))
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"exported: {out} (model card: {out / cards.CARD})")
+    if args.push_to_hub:
+        print(f"pushed: {cards.push(out, args.push_to_hub)}")
+    return 0
+
+
+def _report_path(name: str, store_arg: str | None) -> Path:
+    """A report.json from its path, its folder, or a run name under ``<store>/reports``."""
+    p = Path(name)
+    for candidate in (p, p / "report.json", open_store(store_arg).root / "reports" / name / "report.json"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no report {name!r} (a report.json, its folder, or a name in <store>/reports)")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import json
+
+    from stages.report import compare_reports
+
+    try:
+        paths = {name: _report_path(name, args.store) for name in args.reports}
+        reports = {
+            Path(name).name if Path(name).name != "report.json" else Path(name).parent.name: json.loads(
+                p.read_text(encoding="utf-8")
+            )
+            for name, p in paths.items()
+        }
+        print(compare_reports(reports), end="")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     if not store.exists_root():
@@ -120,7 +171,10 @@ def parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_)
         s.add_argument("flow", help=" | ".join(FLOWS))
         s.add_argument("--recipe", help="recipe YAML (default: configs/<flow>.yaml)")
-        s.add_argument("--verbose", action="store_true", help="full tracebacks, Prefect's logs included")
+        s.add_argument(
+            "--verbose", action="store_true", help="every progress line, full tracebacks, libraries' warnings"
+        )
+        s.add_argument("--quiet", action="store_true", help="status and result lines only, no progress lines")
         s.add_argument(
             "--seeds", type=_seed_list, help="run once per seed (e.g. 0,1,2) and report mean and spread"
         )
@@ -135,6 +189,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("key")
     s.add_argument("--store")
     s.set_defaults(fn=_lineage)
+    s = sub.add_parser("export", help="write a model artifact as a clean Hugging Face folder with its card")
+    s.add_argument("key")
+    s.add_argument("dir")
+    s.add_argument("--store")
+    s.add_argument("--push-to-hub", metavar="REPO", help="also upload the folder (needs the hub)")
+    s.set_defaults(fn=_export)
+    s = sub.add_parser("compare", help="several runs' reports side by side")
+    s.add_argument(
+        "reports", nargs="+", help="report.json, a report folder, or a run name under <store>/reports"
+    )
+    s.add_argument("--store")
+    s.set_defaults(fn=_compare)
     s = sub.add_parser("verify", help="re-hash artifacts")
     s.add_argument("keys", nargs="*")
     s.add_argument("--store")

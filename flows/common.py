@@ -13,8 +13,9 @@ from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import CachePolicy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from r1 import tracking
 from r1.config import Section
 from r1.lifetime import supervised
 from r1.runner import Plan, plan, run_stage
@@ -52,6 +53,23 @@ class Runtime(Section):
 
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice)")
     hf_offline: bool = Field(True, description="set HF_HUB_OFFLINE=1 (nothing is fetched from a model hub)")
+    report_to: list[tracking.Backend] = Field(
+        default_factory=list,
+        description="experiment trackers for every trainer stage (tensorboard, wandb, mlflow, trackio); "
+        "W&B runs offline unless WANDB_MODE says otherwise",
+    )
+    tracking_dir: str | None = Field(
+        None, description="where trackers write (default: <store>/logs/<recipe name>/<stage>/<artifact key>)"
+    )
+
+    @field_validator("report_to")
+    @classmethod
+    def _installed(cls, v: list[str]) -> list[str]:
+        """A missing backend fails here, before anything runs, not in the first trainer's setup."""
+        missing = tracking.missing_backends(v)
+        if missing:
+            raise ValueError(f"tracking backend not installed: {', '.join(missing)}")
+        return list(dict.fromkeys(v))
 
 
 class _ArtifactKey(CachePolicy):
@@ -147,12 +165,13 @@ class Stages:
 
 def start(recipe: BaseModel) -> Stages:
     """What every flow does first: apply the recipe's runtime, open its store, bind the stages."""
-    apply_runtime(recipe.runtime)
-    return Stages(store_for(recipe.store), recipe)
+    store = store_for(recipe.store)
+    apply_runtime(recipe.runtime, flow=recipe.name, store=store)
+    return Stages(store, recipe)
 
 
-def apply_runtime(runtime: Runtime) -> None:
-    """Apply the recipe's runtime section to this process (threads, hub access)."""
+def apply_runtime(runtime: Runtime, flow: str = "run", store: Store | RemoteStore | None = None) -> None:
+    """Apply the recipe's runtime section to this process (threads, hub access, trackers)."""
     import torch
 
     from r1.cores import set_max_threads
@@ -162,6 +181,10 @@ def apply_runtime(runtime: Runtime) -> None:
     set_max_threads(torch.get_num_threads())
     if runtime.hf_offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
+    logs = (
+        Path(runtime.tracking_dir) if runtime.tracking_dir else Path(store.root if store else "runs") / "logs"
+    )
+    tracking.configure(runtime.report_to, logs, flow)
 
 
 def store_for(recipe_store: str | None) -> Store | RemoteStore:

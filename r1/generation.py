@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from r1 import progress
 from r1.config import Section, new_option, unhashed
 from r1.cores import adapt
 from r1.modes import THINK_CLOSE, prefilled_think
@@ -126,12 +127,15 @@ class TransformersBackend:
         keys = keys if keys is not None else [",".join(map(str, r[-32:])) for r in prompt_ids]
         per_call = max(1, self.batch_size // n)
         out: list[list[list[int]]] = []
+        meter = progress.Meter(len(prompt_ids), unit=f"generating x{n}", interval=20.0, every=len(prompt_ids))
         for start in range(0, len(prompt_ids), per_call):
             adapt()  # share the cores with whatever else runs
             chunk = list(prompt_ids[start : start + per_call])
             torch.manual_seed(batch_seed(seed, keys[start], start))
             rows = self._sample(chunk, n, sampling)
             out += [rows[i * n : (i + 1) * n] for i in range(len(chunk))]
+            if len(prompt_ids) > per_call:  # one call needs no progress line
+                meter.update(len(out))
         return out
 
     def _sample(self, chunk: list[list[int]], n: int, sampling: SamplingConfig) -> list[list[int]]:

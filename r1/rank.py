@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from r1 import progress
 from r1.launch import METRICS_FILE
 from r1.lifetime import die_with_parent
 from r1.stage import StageContext, load_stage
@@ -35,7 +36,8 @@ def run_rank(spec_path: Path) -> None:
         work_dir=Path(spec["work_dir"]),
         label=spec["label"],
     )
-    stage.fn(ctx)
+    with progress.stage(ctx.label):
+        stage.fn(ctx)
     ctx.metrics["world_size"] = world_size()
     if is_main_process():
         tmp = Path(spec["work_dir"], METRICS_FILE + ".tmp")

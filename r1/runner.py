@@ -18,11 +18,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from r1 import cards
 from r1.config import hashable
 from r1.external import fingerprints
 from r1.launch import LaunchConfig, LaunchError, launch_stage, stage_launch
+from r1.progress import duration
 from r1.stage import Stage, StageContext
-from r1.store import ArtifactRef, Provenance, RemoteStore, Store
+from r1.store import ArtifactRef, Provenance, RemoteStore, Store, code_revision, library_versions
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,12 @@ def plan(
 
 def execute(stage: Stage, ctx: StageContext) -> None:
     """Call the stage function here, or under ``accelerate launch`` when its config asks for it."""
+    from r1 import progress
+
     launch = stage_launch(ctx.config)
     if launch is None:
-        stage.fn(ctx)
+        with progress.stage(ctx.label):
+            stage.fn(ctx)
     else:
         launch_stage(stage, ctx, launch)
 
@@ -158,8 +163,36 @@ def _build(
         w.metrics["wall_seconds"] = round(time.monotonic() - start, 3)
         if p.resume_step:
             w.metrics["resumed_from"] = p.resume_step
+        if cards.is_model(w.path) and not (w.path / cards.CARD).exists():
+            (w.path / cards.CARD).write_text(_card(store, prov, w.metrics), encoding="utf-8")
+    print(f"[{p.label}] done in {duration(w.metrics['wall_seconds'])}", flush=True)
     if not stage.keep_work:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _card(store: Store | RemoteStore, prov: Provenance, metrics: dict) -> str:
+    """The model card of an artifact being built: its manifest-to-be and its parents' lineage."""
+    from datetime import UTC, datetime
+
+    draft = {
+        "key": prov.key,
+        "stage": prov.stage,
+        "version": prov.version,
+        "config": prov.config,
+        "inputs": prov.inputs,
+        "external": prov.external,
+        "metrics": metrics,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "libraries": library_versions(),
+        "code_revision": code_revision(),
+    }
+    lineage = [(0, "", prov.key)]
+    for role, key in sorted(prov.inputs.items()):
+        rows = store.lineage(key)
+        lineage += [(depth + 1, role if depth == 0 else r, k) for depth, r, k in rows]
+    return cards.model_card(
+        draft, parent=lambda k: store.manifest(k) if store.exists(k) else None, lineage=lineage
+    )
 
 
 def _follow(

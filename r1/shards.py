@@ -12,6 +12,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from r1 import progress
+
 _SHARD = "shard-{:05d}"
 
 
@@ -36,6 +38,8 @@ def run_in_shards(
     for stale in shards.glob("tmp-*"):  # a shard cut off mid-write by a kill
         shutil.rmtree(stale, ignore_errors=True)
     count = (n + size - 1) // size
+    done = sum((shards / _SHARD.format(i)).exists() for i in range(count))
+    meter = progress.Meter(count, done=done, unit="shard", name=label)
     for i in range(count):
         final = shards / _SHARD.format(i)
         if final.exists():
@@ -44,6 +48,6 @@ def run_in_shards(
         tmp = shards / f"tmp-{i:05d}"
         Dataset.from_list(rows).save_to_disk(str(tmp))
         os.rename(tmp, final)
-        print(f"[{label}] shard {i + 1}/{count}: {len(rows)} rows", flush=True)
+        meter.update(i + 1, f"{len(rows)} rows")
     parts = [load_from_disk(str(shards / _SHARD.format(i))) for i in range(count)]
     return (concatenate_datasets(parts) if parts else Dataset.from_list([])), count

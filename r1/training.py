@@ -87,6 +87,10 @@ def peft_config(lora: LoraSettings | None):
     )
 
 
+# Trainer arguments about watching a run, not what it trains: the runtime section sets them.
+RUNTIME_ONLY = ("report_to", "logging_dir", "run_name", "project", "log_completions")
+
+
 def check_trl_args(config_class: str, args: dict[str, Any]) -> dict[str, Any]:
     """Raise ``ValueError`` for a key that TRL's ``config_class`` does not have (with did-you-mean).
 
@@ -102,6 +106,11 @@ def check_trl_args(config_class: str, args: dict[str, Any]) -> dict[str, Any]:
 
     fields = [f.name for f in dataclasses.fields(getattr(trl, config_class))]
     for key in args:
+        if key in RUNTIME_ONLY:
+            raise ValueError(
+                f"{key!r} is a runtime setting, not part of a stage (it would change the artifact key "
+                f"and retrain): set runtime.report_to: [tensorboard | wandb | mlflow | trackio] instead"
+            )
         if key not in fields:
             close = difflib.get_close_matches(key, fields, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -154,7 +163,13 @@ def device_kwargs() -> dict[str, Any]:
 
 
 def common_trainer_kwargs(work_dir: Path, seed: int, save_steps: int, logging_steps: int) -> dict[str, Any]:
-    """Arguments every stage's trainer shares: checkpoints in the work dir, no hub, no trackers."""
+    """Arguments every stage's trainer shares: checkpoints in the work dir, no hub, the runtime's trackers.
+
+    Trackers (:mod:`r1.tracking`) are off unless the recipe's ``runtime.report_to`` turned them
+    on; they are never part of the key.
+    """
+    from r1 import tracking
+
     return {
         "output_dir": str(work_dir),
         "seed": seed,
@@ -162,7 +177,7 @@ def common_trainer_kwargs(work_dir: Path, seed: int, save_steps: int, logging_st
         "save_steps": save_steps,
         "save_total_limit": 2,
         "logging_steps": logging_steps,
-        "report_to": [],
+        **tracking.trainer_kwargs(work_dir),
         "disable_tqdm": True,
         "push_to_hub": False,
         "dataloader_num_workers": 0,
@@ -198,17 +213,27 @@ def read_log_history(path: Path) -> list[dict[str, Any]]:
 class ProgressPrinter:
     """A compact progress line every ``every`` steps instead of the Trainer's raw log dicts.
 
+    Each line carries elapsed time and an ETA (:class:`r1.progress.Meter`; a resumed run's rate
+    counts only its own steps); ``--quiet`` hides the lines, ``--verbose`` shows every logged step.
     Built lazily as a ``TrainerCallback`` subclass so importing this module stays light.
     """
 
     def __new__(cls, label: str, every: int, keys: dict[str, str]):
         from transformers import TrainerCallback
 
+        from r1 import progress
+
         class _Printer(TrainerCallback):
+            meter: progress.Meter | None = None
+
+            def on_train_begin(self, args, state, control, **kwargs):
+                self.meter = progress.Meter(state.max_steps, done=state.global_step, name=label)
+
             def on_log(self, args, state, control, logs=None, **kwargs):
-                if not state.is_world_process_zero or not logs:
+                if not state.is_world_process_zero or not logs or progress.level() == "quiet":
                     return
-                if state.global_step % every and state.global_step != state.max_steps:
+                last = state.global_step == state.max_steps
+                if state.global_step % every and not last and progress.level() != "verbose":
                     return
                 shown = "  ".join(
                     f"{short} {logs[k]:.3g}"
@@ -216,7 +241,8 @@ class ProgressPrinter:
                     if isinstance(logs.get(k), int | float)
                 )
                 if shown:
-                    print(f"[{label}] step {state.global_step}/{state.max_steps}  {shown}", flush=True)
+                    meter = self.meter or progress.Meter(state.max_steps, name=label)
+                    print(meter.line(state.global_step, shown), flush=True)
 
         return _Printer()
 

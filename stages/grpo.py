@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from r1 import tracking
 from r1.config import Section, new_option, unhashed
 from r1.launch import LaunchConfig
 from r1.models import load_model, load_tokenizer
@@ -289,6 +290,8 @@ def grpo_args(cfg: GRPOStageConfig, work_dir):
         gradient_checkpointing=False,
         **({"max_tool_calling_iterations": cfg.max_tool_calls} if cfg.tools else {}),
         **rollout_kwargs(cfg),
+        # TRL's table of sampled completions, for the trackers that show tables
+        log_completions=any(b in tracking.TABLE_BACKENDS for b in tracking.report_to()),
     )
     # trl_args last and merged, so a recipe may override any default set here.
     return GRPOConfig(**{**kwargs, **cfg.trl_args})

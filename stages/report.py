@@ -89,6 +89,30 @@ def markdown_table(stages: dict[str, dict], spread: dict[str, dict] | None = Non
     return "\n".join([head, rule, *rows])
 
 
+def compare_reports(reports: dict[str, dict]) -> str:
+    """Several runs' reports side by side (``r1 compare``): one table, a row per report and stage.
+
+    Each row keeps its own uncertainty: the sd over seeds for a seeds report, the standard error
+    over problems for a single run; the lines above the table say which, and each run's k.
+    """
+    stages: dict[str, dict] = {}
+    spread: dict[str, dict] = {}
+    about = []
+    for name, r in reports.items():
+        if not r.get("stages"):
+            raise ValueError(f"{name}: not a run report (no stages)")
+        seeds = r.get("seeds")
+        first = next(iter(r["stages"].values()))
+        k = f"; k = {first['k']}" if "k" in first else ""
+        what = f"mean ± sd over seeds {','.join(map(str, seeds))}" if seeds else "one run, ± se over problems"
+        about.append(f"- **{name}**: {r.get('title', '')} ({what}{k})")
+        for stage, m in r["stages"].items():
+            stages[f"{name} / {stage}"] = m
+            if seeds:
+                spread[f"{name} / {stage}"] = r.get("spread", {}).get(stage, {})
+    return "\n".join([*about, "", markdown_table(stages, spread)]) + "\n"
+
+
 MODE_COLUMNS = (("accuracy", "accuracy"), ("pass@1", "pass@1"), ("mean_length", "mean length"))
 MODE_COLUMNS += (("mode_adherence", "follows the mode"),)
 
