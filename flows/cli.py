@@ -35,16 +35,25 @@ def _run(args: argparse.Namespace) -> int:
 
     spec = flow_spec(args.flow)
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
-    if args.seeds:
-        if not spec.trains:
-            raise ConfigError(f"--seeds compares trained models; {spec.name} trains none")
-        from flows.seeds import over_seeds
-
-        result = over_seeds(args.flow, recipe, args.seeds)
-    else:
-        result = spec.flow()(recipe)
+    if args.seeds and not spec.trains:
+        raise ConfigError(f"--seeds compares trained models; {spec.name} trains none")
+    result = launch(spec, recipe, args.overrides, args.seeds)
     print(f"{spec.returns}: {result}", flush=True)
     return 0
+
+
+def launch(spec, recipe, overrides: list[str], seeds: list[int] | None = None) -> str:
+    """Run a flow (or its seeds) as Prefect shows it: named by recipe and overrides, tagged by flow and recipe."""
+    from prefect import tags
+
+    run_name = " ".join([recipe.name, *overrides])[:200]
+    with tags(f"flow:{spec.name}", f"recipe:{recipe.name}"):
+        if seeds:
+            from flows.seeds import over_seeds
+
+            name = f"{run_name} --seeds {','.join(map(str, seeds))}"
+            return over_seeds.with_options(flow_run_name=name)(spec.name, recipe, seeds)
+        return spec.flow().with_options(flow_run_name=run_name)(recipe)
 
 
 def _recipes(args: argparse.Namespace) -> int:

@@ -126,7 +126,8 @@ def stage_task(
     """
     p = plan(store, stage, config, inputs, label)
     print(p.line(), flush=True)
-    t = _task_for(stage).with_options(task_run_name=label, refresh_cache=p.status != "cached")
+    # the UI names each task run by its stage label and the artifact it makes (path: its result)
+    t = _task_for(stage).with_options(task_run_name=f"{label} {p.key}", refresh_cache=p.status != "cached")
     ref = t(key=p.key, store_root=store.location, config=config, inputs=inputs, label=label, planned=p)
     # A cached Prefect result holds the path of the process that made it (for a remote store, in
     # that machine's cache): name the artifact by where it lives for this process.
@@ -163,8 +164,58 @@ class Stages:
         return stage_task(self.store, stage, config, inputs, label)
 
 
+class _PrefectTee:
+    """stdout that also sends each line printed inside a flow or task run to that run's Prefect logs.
+
+    The stages print their status and progress lines; Prefect's ``log_prints`` would replace the
+    console's lines with logger records, and its console level (WARNING) would drop them. The tee
+    keeps the console as it is and gives the UI's Logs tab the same lines.
+    """
+
+    def __init__(self, out) -> None:
+        import logging
+        import threading
+
+        from prefect.logging.handlers import APILogHandler
+
+        self.out = out
+        self._local = threading.local()
+        self.logger = logging.getLogger("r1.runs")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.INFO)
+        if not self.logger.handlers:
+            self.logger.addHandler(APILogHandler())
+
+    def write(self, text: str) -> int:
+        n = self.out.write(text)
+        buf = getattr(self._local, "buf", "") + text
+        *lines, self._local.buf = buf.split("\n")
+        if lines:
+            from prefect.context import FlowRunContext, TaskRunContext
+
+            if FlowRunContext.get() or TaskRunContext.get():
+                for line in lines:
+                    if line.strip():
+                        self.logger.info(line)
+        return n
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.out, name)
+
+
+def _tee_prints_to_prefect() -> None:
+    import sys
+
+    if not isinstance(sys.stdout, _PrefectTee):
+        sys.stdout = _PrefectTee(sys.stdout)
+
+
 def start(recipe: BaseModel) -> Stages:
     """What every flow does first: apply the recipe's runtime, open its store, bind the stages."""
+    _tee_prints_to_prefect()
     store = store_for(recipe.store)
     apply_runtime(recipe.runtime, flow=recipe.name, store=store)
     return Stages(store, recipe)
@@ -206,9 +257,24 @@ def publish_report(store: Store | RemoteStore, name: str, report: ArtifactRef) -
         tmp.replace(link)
     except OSError as e:  # a read-only store still has its report, only not the convenience link
         print(f"[report] could not link {link} ({e.strerror}); the report is at {report.path}", flush=True)
-    md = Path(report.path, "report.md").read_text(encoding="utf-8")
+    md = _inline_images(Path(report.path), Path(report.path, "report.md").read_text(encoding="utf-8"))
     create_markdown_artifact(md, key=_artifact_key(name), description=f"{name} report ({report.key})")
     return str(Path(report.path, "report.json"))
+
+
+def _inline_images(folder: Path, md: str) -> str:
+    """The report's markdown with its local images embedded (Prefect's UI cannot follow a relative link)."""
+    import base64
+    import re
+
+    def embed(m: re.Match) -> str:
+        image = folder / m.group(2)
+        if not image.is_file():
+            return m.group(0)
+        data = base64.b64encode(image.read_bytes()).decode("ascii")
+        return f"![{m.group(1)}](data:image/png;base64,{data})"
+
+    return re.sub(r"!\[([^\]]*)\]\(([^):/]+\.png)\)", embed, md)
 
 
 def _artifact_key(name: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow
+from prefect import flow, tags
 
 from flows.common import publish_report, start
 from flows.recipes import seeded
@@ -27,7 +27,9 @@ def over_seeds(flow_name: str, recipe, seeds: list[int]) -> str:
         raise ValueError(f"--seeds compares trained models; {flow_name} trains none")
     runs = {}
     for seed in seeds:
-        result = spec.flow()(seeded(recipe, seed))
+        one = seeded(recipe, seed)
+        with tags(f"seed:{seed}"):
+            result = spec.flow().with_options(flow_run_name=one.name)(one)
         runs[f"seed{seed}"] = run.store.ref(Path(result).parent.name)  # the seed's report artifact
     cfg = report.SeedsReportConfig(title=f"{recipe.name} over seeds", seeds=list(seeds))
     out = run(report.SEEDS, cfg, label="seeds_report", **runs)

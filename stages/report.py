@@ -11,6 +11,7 @@ every reward a stage logged is plotted, a user's own ``@register`` rewards inclu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ COLUMNS = (
     ("mean_length", "mean length"),
 )
 AFTER_REWARDS = (("completions/mean_length", "completion length (tokens)"), ("entropy", "entropy"))
+HELDOUT = "heldout/pass@1"  # logged by grpo.heldout_eval every N steps
 
 
 class ReportConfig(Section):
@@ -144,6 +146,68 @@ def tool_table(stages: dict[str, dict]) -> str:
     return "\n".join([head, "|---" * (len(TOOL_COLUMNS) + 1) + "|", *rows])
 
 
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, list):
+        users = [m.get("content") or "" for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return str(prompt)
+
+
+def pick_samples(records: list[dict], per_stage: int = 3) -> list[dict]:
+    """A few sampled completions worth reading: one per prompt language, then a self-check, then a switch.
+
+    Deterministic (the first matching problem), so a report rebuilt from the same evaluation shows
+    the same samples. Each carries its marks: correct, self-check, language switch.
+    """
+    picked: list[dict] = []
+    seen: set[tuple[int, int]] = set()
+
+    def take(want) -> None:
+        for i, r in enumerate(records):
+            for j, text in enumerate(r.get("samples", [])):
+                if (i, j) not in seen and want(r, j) and len(picked) < per_stage:
+                    seen.add((i, j))
+                    picked.append(
+                        {
+                            "prompt": _prompt_text(r["prompt"]),
+                            "answer": r.get("answer", ""),
+                            "completion": text,
+                            "correct": bool(r["sample_correct"][j]),
+                            "self_check": bool(r.get("sample_self_check", [False] * (j + 1))[j]),
+                            "language_switch": not r.get("sample_single_language", [True] * (j + 1))[j],
+                        }
+                    )
+                    return
+
+    take(lambda r, j: not _CJK.search(_prompt_text(r["prompt"])))
+    take(lambda r, j: bool(_CJK.search(_prompt_text(r["prompt"]))))
+    take(lambda r, j: bool(r.get("sample_self_check", [False] * (j + 1))[j]))
+    take(lambda r, j: not r.get("sample_single_language", [True] * (j + 1))[j])
+    return picked
+
+
+def samples_markdown(samples: dict[str, list[dict]], width: int = 400) -> list[str]:
+    """The report's sample section: per stage, each completion in a code block with its marks."""
+    md = ["## Sample completions", ""]
+    for stage, picked in samples.items():
+        for s in picked:
+            marks = ["correct" if s["correct"] else "wrong"]
+            marks += ["self-check"] * s["self_check"] + ["language switch"] * s["language_switch"]
+            text = s["completion"] if len(s["completion"]) <= width else s["completion"][:width] + " ..."
+            md += [
+                f"**{stage}** ({', '.join(marks)}; gold {s['answer']}): {s['prompt'][:200]}",
+                "",
+                "```",
+                text,
+                "```",
+                "",
+            ]
+    return md
+
+
 def plot_curves(curves: dict[str, list[dict]], path: Path) -> bool:
     """One panel per curve metric, one line per GRPO stage; False when there is nothing to plot."""
     import matplotlib
@@ -155,11 +219,19 @@ def plot_curves(curves: dict[str, list[dict]], path: Path) -> bool:
     rewards = sorted(k for k in logged if k.startswith("rewards/") and k.endswith("/mean"))
     every = [("reward", "reward"), *((k, f"{k.split('/')[1]} reward") for k in rewards), *AFTER_REWARDS]
     panels = [(k, t) for k, t in every if k in logged]
+    if HELDOUT in logged:  # R1's Figure 2: held-out pass@1 against step, measured, not smoothed
+        panels.insert(0, (HELDOUT, "held-out pass@1 (± se)"))
     if not panels:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels, strict=True):
         for label, rows in curves.items():
+            if key == HELDOUT:
+                pts = [(r["heldout/step"], r[key], r.get(f"{key}_se", 0.0)) for r in rows if key in r]
+                if pts:
+                    xs, ys, es = zip(*sorted(pts), strict=True)
+                    ax.errorbar(xs, ys, yerr=es, marker="o", ms=3, capsize=2, label=label)
+                continue
             # a reward that applies to none of a step's prompts logs no number for it
             pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float) and "step" in r]
             if pts:
@@ -196,10 +268,16 @@ def _wall(metrics: dict) -> str:
 def build_report(ctx: StageContext) -> None:
     cfg: ReportConfig = ctx.config
     stages: dict[str, dict] = {}
+    samples: dict[str, list[dict]] = {}
     for name in cfg.evaluations:
         ref = ctx.inputs[_role("evaluation", name)]
         metrics = json.loads(ref.file("metrics.json").read_text(encoding="utf-8"))
         stages[name] = {**metrics, "artifact": ref.key}
+        generations = Path(ref.path) / "generations"
+        if generations.is_dir():
+            from datasets import load_from_disk
+
+            samples[name] = pick_samples(load_from_disk(str(generations)).to_list())
     curves: dict[str, list[dict]] = {}
     training: dict[str, dict] = {}
     for name in cfg.training:
@@ -208,7 +286,7 @@ def build_report(ctx: StageContext) -> None:
             {**r, "step": r.get("step", i + 1)}
             for i, r in enumerate(read_log_history(ref.file("train_log.jsonl")))
         ]
-        curves[name] = [r for r in rows if "reward" in r]
+        curves[name] = [r for r in rows if "reward" in r or HELDOUT in r]
         training[name] = {**ref.manifest().get("metrics", {}), "artifact": ref.key}
     extra = dict(cfg.extra)
     for name in cfg.extras:
@@ -245,10 +323,15 @@ def build_report(ctx: StageContext) -> None:
         md += ["![GRPO curves](grpo_curves.png)", ""]
     for key, value in extra.items():
         md += [f"**{key}**: `{json.dumps(value)}`", ""]
+    if any(samples.values()):
+        md += samples_markdown(samples)
+        (ctx.out_dir / "samples.json").write_text(
+            json.dumps(samples, indent=2, ensure_ascii=False), encoding="utf-8"
+        )
     (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
 
 
-STAGE = Stage(name="report", version="3", fn=build_report, config=ReportConfig, roles_of=report_roles)
+STAGE = Stage(name="report", version="4", fn=build_report, config=ReportConfig, roles_of=report_roles)
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then the normal's 1.96).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145)

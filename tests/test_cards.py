@@ -101,3 +101,33 @@ def test_progress_lines_carry_elapsed_time_and_an_eta(monkeypatch, capsys):
     progress.Meter(5, name="x").update(5)
     assert capsys.readouterr().out == ""
     assert progress.duration(3725) == "1h02m" and progress.duration(65) == "1m05s"
+
+
+def test_the_report_picks_marked_samples_in_both_languages_and_prefect_gets_the_image_inline(tmp_path):
+    from flows.common import _inline_images
+    from stages.report import pick_samples, samples_markdown
+
+    def rec(prompt, samples, correct, checks, single):
+        return {
+            "prompt": [{"role": "user", "content": prompt}],
+            "answer": "7",
+            "samples": samples,
+            "sample_correct": correct,
+            "sample_self_check": checks,
+            "sample_single_language": single,
+        }
+
+    records = [
+        rec("What is 3 + 4 ?", ["a", "b"], [True, False], [False, True], [True, True]),
+        rec("计算 3 加 4", ["c", "d"], [False, True], [False, False], [True, False]),
+    ]
+    picked = pick_samples(records, per_stage=4)
+    assert [p["completion"] for p in picked] == ["a", "c", "b", "d"]
+    assert picked[2]["self_check"] and picked[3]["language_switch"] and not picked[0]["language_switch"]
+    md = "\n".join(samples_markdown({"base": picked}))
+    assert "**base** (correct; gold 7): What is 3 + 4 ?" in md and "(wrong, self-check; gold 7)" in md
+    assert pick_samples(records, per_stage=4) == picked  # deterministic
+
+    (tmp_path / "grpo_curves.png").write_bytes(b"\x89PNG fake")
+    out = _inline_images(tmp_path, "x\n![GRPO curves](grpo_curves.png)\n![gone](missing.png)")
+    assert "](data:image/png;base64," in out and "![gone](missing.png)" in out

@@ -36,17 +36,22 @@ def test_flow_runs_then_reruns_fully_cached(prefect_api, tmp_path, capsys):
     for m in report["stages"].values():
         assert {"accuracy", "pass@1", "format_rate", "mean_length"} <= set(m)
     assert (report_path.parent / "grpo_curves.png").stat().st_size > 0
+    assert "## Sample completions" in (report_path.parent / "report.md").read_text(encoding="utf-8")
     assert (tmp_path / "reports" / recipe.name / "report.json").is_file()
     store = Store(tmp_path)
     assert all(store.verify(m["key"]).ok for m in store.list())
     n_artifacts = len(store.list())
 
-    assert Path(r1_zero(recipe)) == report_path
+    from flows.cli import launch
+    from flows.registry import flow_spec
+
+    assert Path(launch(flow_spec("r1-zero"), recipe, [f"store={tmp_path}"])) == report_path
     second = capsys.readouterr().out
     for label in STAGES:
         assert f"[{label}] cached" in second
     assert "running" not in second
     assert len(store.list()) == n_artifacts
+    _prefect_shows_the_run(recipe.name, f"{recipe.name} store={tmp_path}")
 
     # The same recipe on a copy of the store, the original gone: every reference must point into
     # the copy (Prefect's cache is per machine, not per store).
@@ -56,6 +61,36 @@ def test_flow_runs_then_reruns_fully_cached(prefect_api, tmp_path, capsys):
     copied = Path(r1_zero(load("r1-zero", TINY_R1_ZERO, [f"store={other}"])))
     assert copied.is_relative_to(other) and copied.is_file()
     assert "running" not in capsys.readouterr().out
+
+
+def _prefect_shows_the_run(recipe_name: str, run_name: str) -> None:
+    """The flow run is named and tagged, its task runs name their artifacts, its lines reach the Logs tab."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+
+    async def read():
+        async with get_client() as client:
+            runs = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[run_name]))
+            )
+            assert runs, f"no flow run named {run_name!r}"
+            tasks = await client.read_task_runs()
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id]))
+            )
+            return runs[0], tasks, logs
+
+    run, tasks, logs = asyncio.run(read())
+    assert {"flow:r1-zero", f"recipe:{recipe_name}"} <= set(run.tags)
+    assert any(t.name.startswith("r1_zero grpo-") for t in tasks)
+    assert any(log.message.startswith("[r1_zero] cached (grpo-") for log in logs), [x.message for x in logs][
+        :5
+    ]
 
 
 def _cli(store: Path, *extra: str) -> list[str]:
