@@ -16,7 +16,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.common import Stages, publish_report, start
-from flows.r1_zero import evaluate_models, zero_branch
+from flows.r1_zero import evaluate_benchmarks, evaluate_models, zero_branch
 from flows.recipes import R1FullRecipe
 from r1.store import ArtifactRef
 from stages import curate, fusion, grpo, report, reward_model, sample, sft
@@ -81,11 +81,12 @@ def r1_full(recipe: R1FullRecipe) -> str:
     refs = r1_pipeline(run)
     order = models_in_order(recipe)
     evals = evaluate_models(run, refs["data"], {name: refs[name] for name in order}, fused_models(recipe))
+    evals |= evaluate_benchmarks(run, recipe, {name: refs[name] for name in ("base", "final_grpo")})
     trained = ["r1_zero", "reasoning_grpo", "final_grpo"]
     fused = " with thinking-mode fusion" if recipe.fusion.enabled else ""
     cfg = report.ReportConfig(
         title=f"{recipe.name}: the R1 pipeline on {recipe.data.kind}{fused}",
-        evaluations=order,
+        evaluations=list(evals),
         training=trained,
         extras=["reward_model"],
     )

@@ -18,6 +18,7 @@ from r1.config import Section, deep_merge, load_recipe, task_split_uses
 from r1.modes import MODES, Mode
 from r1.rewards import RewardSpec
 from stages.base import BaseConfig, MicroBase
+from stages.benchmark import BenchmarkConfig
 from stages.curate import CurateConfig
 from stages.data import splits_of
 from stages.evaluate import EvalConfig
@@ -42,6 +43,19 @@ class R1ZeroRecipe(Section):
     base: BaseConfig = Field(default_factory=MicroBase)
     grpo: GRPOStageConfig = Field(default_factory=GRPOStageConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    benchmarks: dict[str, BenchmarkConfig] = Field(
+        default_factory=dict,
+        description="standard test sets every model is also evaluated on (gsm8k, math500, custom), by name",
+    )
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _benchmark_names(cls, v: dict[str, BenchmarkConfig]) -> dict[str, BenchmarkConfig]:
+        """Benchmark names become stage labels and report rows (``<model>@<name>``)."""
+        for name in v:
+            if not _NAME.match(name):
+                raise ValueError(f"benchmark name {name!r}: letters, digits, '.', '_' or '-' only")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -95,8 +95,28 @@ def pooled_tool_shares(records: Sequence[dict]) -> dict[str, float]:
     }
 
 
-def aggregate(records: Sequence[dict]) -> dict[str, float]:
-    """Dataset-level metrics from per-problem records, with each one's standard error in ``se``."""
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator from ``n`` samples of which ``c`` are correct (Chen et al., 2021).
+
+    ``1 - C(n - c, k) / C(n, k)``: the chance that k of the n samples, drawn without replacement,
+    hold at least one correct one; computed as a product, as in the HumanEval code, so large n
+    does not overflow. ``k = n`` is "any correct", ``k = 1`` the mean correctness.
+    """
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n samples (n = {n})")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def aggregate(records: Sequence[dict], pass_at: Sequence[int] = ()) -> dict[str, float]:
+    """Dataset-level metrics from per-problem records, with each one's standard error in ``se``.
+
+    ``pass_at`` adds ``pass@j`` for each j from the unbiased estimator over the k samples.
+    """
     per_problem = {
         "accuracy": [float(r["greedy_correct"]) for r in records],
         "greedy_format_rate": [float(r["greedy_format"]) for r in records],
@@ -108,6 +128,10 @@ def aggregate(records: Sequence[dict]) -> dict[str, float]:
         "lang_consistency": [mean(r["sample_single_language"]) for r in records],
         "self_check_rate": [mean(r["sample_self_check"]) for r in records],
     }
+    for j in pass_at:
+        per_problem[f"pass@{j}"] = [
+            pass_at_k(len(r["sample_correct"]), sum(r["sample_correct"]), j) for r in records
+        ]
     if records and "sample_tool_attempts" in records[0]:
         per_problem |= tool_rates(records)
     out: dict = {name: mean(values) for name, values in per_problem.items()}

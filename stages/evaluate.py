@@ -32,6 +32,11 @@ class EvalConfig(Section):
         default_factory=GenerationSettings, description="the k samples (the greedy pass uses temperature 0)"
     )
     self_check_pattern: str = DEFAULT_SELF_CHECK
+    pass_at: list[int] = Field(
+        default_factory=list,
+        description="also pass@j for each j <= k, by the unbiased estimator over the k samples",
+        **new_option(),
+    )
     modes: list[Mode] = Field(
         default_factory=list,
         description="also evaluate each prompt with this thinking switch (fused models): by_mode metrics",
@@ -42,6 +47,9 @@ class EvalConfig(Section):
     def _samples_sample(self) -> EvalConfig:
         if self.generation.temperature <= 0:
             raise ValueError("eval.generation.temperature must be > 0: the k samples are sampled")
+        too_many = [j for j in self.pass_at if not 0 < j <= self.k]
+        if too_many:
+            raise ValueError(f"eval.pass_at {too_many}: pass@j needs 1 <= j <= k = {self.k} samples")
         return self
 
     def task_splits(self) -> dict[str, str]:
@@ -95,7 +103,7 @@ def evaluate(ctx: StageContext) -> None:
     backend = cfg.generation.backend_for(ctx.inputs["model"].path)
     prompts = list(data["prompt"])
     records = score_prompts(backend, cfg, data, prompts)
-    metrics = aggregate(records)
+    metrics = aggregate(records, cfg.pass_at)
     Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "generations"))
     if cfg.modes:
         metrics["by_mode"] = {}

@@ -156,6 +156,20 @@ def _prompt_text(prompt: Any) -> str:
     return str(prompt)
 
 
+def benchmark_table(stages: dict[str, dict]) -> str:
+    """The ``<model>@<benchmark>`` evaluations: n, k, greedy accuracy, pass@j (unbiased), maj@k."""
+    js = sorted({int(key[5:]) for m in stages.values() for key in m if re.fullmatch(r"pass@\d+", key)})
+    cols = [("accuracy", "accuracy (greedy)"), *((f"pass@{j}", f"pass@{j}") for j in js)]
+    cols += [("pass@k", "pass@k (k = n)"), ("maj@k", "maj@k"), ("format_rate", "format")]
+    head = "| model | benchmark | problems | k | " + " | ".join(t for _, t in cols) + " |"
+    rows = []
+    for name, m in stages.items():
+        model, bench = name.split("@", 1)
+        cells = " | ".join(_cell(m, key) for key, _ in cols)
+        rows.append(f"| {model} | {bench} | {m.get('n_problems', '')} | {m.get('k', '')} | {cells} |")
+    return "\n".join([head, "|---" * (len(cols) + 4) + "|", *rows])
+
+
 def pick_samples(records: list[dict], per_stage: int = 3) -> list[dict]:
     """A few sampled completions worth reading: one per prompt language, then a self-check, then a switch.
 
@@ -305,7 +319,17 @@ def build_report(ctx: StageContext) -> None:
             "Other seeds and other CPUs give other draws: `--seeds 0,1,2` measures the spread.",
             "",
         ]
-    md += [markdown_table(stages), ""]
+    task = {n: m for n, m in stages.items() if "@" not in n}
+    benchmarks = {n: m for n, m in stages.items() if "@" in n}
+    md += [markdown_table(task), ""]
+    if benchmarks:
+        md += [
+            "Standard benchmarks (scored by the project's verifier; pass@j by the unbiased estimator "
+            "over the k samples; ± is the standard error over problems):",
+            "",
+            benchmark_table(benchmarks),
+            "",
+        ]
     if any(m.get("by_mode") for m in stages.values()):
         md += ["Thinking modes: each prompt asked with `/think` and with `/no_think`.", ""]
         md += [mode_table(stages), ""]

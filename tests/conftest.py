@@ -94,3 +94,12 @@ def s3_store_url(s3_endpoint) -> str:
     bucket = f"r1-{uuid.uuid4().hex[:10]}"
     fsspec.filesystem("s3").mkdir(bucket)
     return f"s3://{bucket}/runs"
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir() -> Path:
+    """The machine's GSM8K copy (``../shared/data/gsm8k`` beside the project; read, never copied in)."""
+    for candidate in (ROOT.parent / "shared" / "data" / "gsm8k", Path("/work/shared/data/gsm8k")):
+        if (candidate / "test.jsonl").is_file():
+            return candidate
+    pytest.skip("GSM8K is not on this machine (../shared/data/gsm8k)")

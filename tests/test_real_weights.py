@@ -97,7 +97,8 @@ def test_smollm2_r1_zero_runs_end_to_end_on_real_weights(prefect_api, tmp_path):
 
     recipe = load("r1-zero", SMOL, [f"store={tmp_path}", "runtime.num_threads=1"])
     report = json.loads(Path(r1_zero(recipe)).read_text())
-    assert set(report["stages"]) == {"base", "r1_zero"}
+    assert set(report["stages"]) == {"base", "r1_zero", "base@gsm8k", "r1_zero@gsm8k"}
+    assert report["stages"]["base@gsm8k"]["n_problems"] == 8 and report["stages"]["base@gsm8k"]["k"] == 2
     store = Store(tmp_path)
     manifests = {m["stage"]: m for m in store.list()}
     assert all(store.verify(m["key"]).ok for m in manifests.values())
