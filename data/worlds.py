@@ -33,6 +33,7 @@ from pydantic import Field
 
 from data import microworld
 from data.problems import GSM8KData, MATHData, ProblemsData, ReasoningGymData, problem_splits
+from r1 import progress
 
 
 class MicroWorldData(microworld.WorldConfig):
@@ -171,7 +172,9 @@ def _corpus_rows(cfg: microworld.WorldConfig, exclude: set[str]) -> dict[str, li
     tools = cfg.tools if cfg.tools.enabled else None
     tool_rng = random.Random(f"{cfg.seed}-tools")
     completions, messages = [], []
-    for p in drawn:
+    meter = progress.Meter(len(drawn), unit="corpus traces", interval=10.0, every=len(drawn))
+    for i, p in enumerate(drawn, 1):
+        meter.update(i)
         offered = tools is not None and tool_rng.random() < tools.corpus_share
         parts = microworld.trace_parts(p, rng, cfg.corpus, tools if offered else None, tool_rng)
         completions.append("".join(x for x in parts if isinstance(x, str)))

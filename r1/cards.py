@@ -73,7 +73,11 @@ def model_card(
     ``lineage`` is the full ancestry (``Store.lineage``) when the artifact is already committed.
     """
     key, stage = manifest["key"], manifest["stage"]
-    tags = ["r1-pipeline", stage, *(["grpo", "reinforcement-learning"] if stage == "grpo" else [])]
+    tags = list(
+        dict.fromkeys(
+            ["r1-pipeline", stage, *(["grpo", "reinforcement-learning"] if stage == "grpo" else [])]
+        )
+    )
     front = {"library_name": "transformers", "tags": tags, "pipeline_tag": "text-generation"}
     lines = [
         "---",

@@ -4,14 +4,17 @@ Each was read in the library's source and is benign here: DeepSpeed's "Setting a
 CPU" on a machine without a GPU (it is the CPU we asked for); the Trainer's missing
 ``lm_head.weight`` after a resume of a model with tied embeddings (the head *is* the embedding,
 which was loaded); its "mtime may not be reliable" when two checkpoints were saved within a
-second (it then orders them by step, which is what we want); and transformers' deprecation of the
-``past_key_values`` name inside its own ``generate``.
+second (it then orders them by step, which is what we want); transformers' deprecation of the
+``past_key_values`` name inside its own ``generate``; and the load report of a reward model built
+from a language model, whose only missing weight is the new ``score`` head (a reward model starts
+that way; any other missing weight is still shown).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 
 _BENIGN = (
     "Setting accelerator to CPU",
@@ -21,10 +24,20 @@ _BENIGN = (
 )
 
 
+_MISSING_ROW = re.compile(r"^(\S+)\s*\|\s*MISSING", re.M)
+
+
+def _new_score_head_only(message: str) -> bool:
+    """A ``...ForSequenceClassification LOAD REPORT`` whose only missing weight is ``score.weight``."""
+    if "ForSequenceClassification LOAD REPORT" not in message:
+        return False
+    return _MISSING_ROW.findall(message) == ["score.weight"] and "UNEXPECTED" not in message
+
+
 class _DropBenign(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not any(m in message for m in _BENIGN)
+        return not (any(m in message for m in _BENIGN) or _new_score_head_only(message))
 
 
 def quiet_known_noise() -> None:

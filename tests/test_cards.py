@@ -131,3 +131,23 @@ def test_the_report_picks_marked_samples_in_both_languages_and_prefect_gets_the_
     (tmp_path / "grpo_curves.png").write_bytes(b"\x89PNG fake")
     out = _inline_images(tmp_path, "x\n![GRPO curves](grpo_curves.png)\n![gone](missing.png)")
     assert "](data:image/png;base64," in out and "![gone](missing.png)" in out
+
+
+def test_known_noise_is_filtered_and_real_warnings_are_not():
+    import logging
+
+    from r1.noise import _DropBenign
+
+    f = _DropBenign()
+
+    def shown(msg: str) -> bool:
+        return f.filter(logging.LogRecord("transformers", logging.WARNING, __file__, 1, msg, None, None))
+
+    head = "LlamaForSequenceClassification LOAD REPORT from: x\nKey | Status |\n---\n"
+    assert not shown(head + "score.weight | MISSING | \n\nNotes:\n- MISSING: newly initialized")
+    assert shown(head + "score.weight | MISSING | \nmodel.norm.weight | MISSING | \n")
+    assert not shown("There were missing keys in the checkpoint model loaded: ['lm_head.weight'].")
+    assert shown("There were missing keys in the checkpoint model loaded: ['model.norm.weight'].")
+    assert not shown(
+        "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it."
+    )
