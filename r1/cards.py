@@ -51,13 +51,14 @@ def _evaluation_rows(evaluations: Iterable[dict[str, Any]]) -> list[str]:
             if k in se and v is not None:
                 cell += f" ± {_number(se[k])}"
             cells.append(cell)
-        split = m.get("config", {}).get("split", "?")
-        k_samples = metrics.get("k", m.get("config", {}).get("k", "?"))
-        rows.append(
-            f"| `{m['key']}` | {split} (n={metrics.get('n_problems', '?')}, k={k_samples}) | "
-            + " | ".join(cells)
-            + " |"
-        )
+        config = m.get("config", {})
+        k_samples = metrics.get("k", config.get("k", "?"))
+        offered = (config.get("generation") or {}).get("tools")
+        where = f"{config.get('split', '?')} of `{m.get('inputs', {}).get('data', '?')}`"
+        where += (
+            f", tools {offered}" if offered else ""
+        ) + f" (n={metrics.get('n_problems', '?')}, k={k_samples})"
+        rows.append(f"| `{m['key']}` | {where} | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -133,7 +134,7 @@ def model_card(
             "",
             "One run each; ± is the standard error over problems. Spread over seeds is wider: compare runs over seeds.",
             "",
-            f"| evaluation | split | {header} |",
+            f"| evaluation | on | {header} |",
             "|---|---|" + "---|" * len(_EVAL_FIGURES),
             *eval_rows,
         ]
