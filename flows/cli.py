@@ -1,13 +1,16 @@
 """``r1``: run flows with recipe overrides, and inspect the artifact store.
 
 r1 run r1-zero [--recipe configs/r1_zero.yaml] [--seeds 0,1,2] [section.key=value ...]
-r1 config r1-zero [overrides ...]        print the resolved recipe, run nothing
+r1 plan r1-zero [overrides ...]          per stage: cached, resumes or runs; runs nothing
+r1 config r1-zero grpo.learning_rate=1e-4   print the resolved recipe and its store, run nothing
 r1 recipes                              the flows and their default recipes
-r1 artifacts [--store DIR]              list artifacts with their inputs
-r1 lineage KEY [--store DIR]            an artifact's ancestry
-r1 verify [KEY ...] [--store DIR]       re-hash artifacts against their manifests
-r1 export KEY DIR [--store DIR] [--push-to-hub REPO]   a model as a clean HF folder with its card
+r1 artifacts                            artifacts with their stage, size, inputs and headline figures
+r1 lineage KEY                          an artifact's ancestry (KEY: a key or a unique prefix of one)
+r1 verify [KEY ...]                     re-hash artifacts against their manifests
+r1 export KEY DIR [--push-to-hub REPO]  a model as a clean Hugging Face folder with its model card
 r1 compare REPORT ...                   reports side by side (report.json, its folder, or a run name)
+
+Every subcommand takes --store DIR (a path or an object-store URL; default $R1_STORE or runs/).
 """
 
 from __future__ import annotations
@@ -83,9 +86,33 @@ def _config(args: argparse.Namespace) -> int:
     import yaml
 
     from flows import recipes
+    from flows.common import store_for
 
     recipe = recipes.load(args.flow, args.recipe, args.overrides)
+    print(f"# store: {store_for(recipe.store).location}")
     print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """Per stage, what a run would do now: ``cached``, ``resuming from step N`` or ``running``."""
+    from flows import recipes
+    from flows.common import planning
+    from flows.registry import flow_spec
+
+    spec = flow_spec(args.flow)
+    recipe = recipes.load(args.flow, args.recipe, args.overrides)
+    runs = [(f"seed {s}", recipes.seeded(recipe, s)) for s in args.seeds] if args.seeds else [("", recipe)]
+    counts: dict[str, int] = {}
+    for title, one in runs:
+        if title:
+            print(f"# {title}")
+        with planning() as plans:
+            spec.flow().fn(one)
+        for p in plans:
+            print(p.line())
+            counts[p.status] = counts.get(p.status, 0) + 1
+    print("plan: " + ", ".join(f"{n} {status}" for status, n in counts.items()))
     return 0
 
 
@@ -97,14 +124,59 @@ def _artifacts(args: argparse.Namespace) -> int:
         return 0
     for m in rows:
         inputs = ", ".join(f"{role}={key}" for role, key in sorted(m.get("inputs", {}).items())) or "-"
-        print(f"{m['key']:<32} {m.get('created', ''):<26} inputs: {inputs}")
+        size = sum(f.get("size", 0) for f in m.get("files", {}).values())
+        print(f"{m['key']:<32} {m.get('created', ''):<26} {_size(size):>8}  {_headline(m)}  inputs: {inputs}")
     return 0
+
+
+# the figures `r1 artifacts` shows first, when an artifact has them
+_HEADLINE = (
+    "accuracy",
+    "pass@1",
+    "final_reward",
+    "pairwise_accuracy",
+    "final_loss",
+    "steps",
+    "kept",
+    "n_train",
+)
+
+
+def _headline(manifest: dict) -> str:
+    metrics = manifest.get("metrics", {})
+    shown = [(k, metrics[k]) for k in _HEADLINE if isinstance(metrics.get(k), int | float)][:3]
+    return "  ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown) or "-"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def resolve_key(store, key: str) -> str:
+    """An artifact key from itself or a unique prefix of one (``grpo-4e1`` for ``grpo-4e158ffe...``)."""
+    if store.exists(key):
+        return key
+    matches = sorted({m["key"] for m in store.list()} | set(store.folders()))
+    matches = [k for k in matches if k.startswith(key)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise FileNotFoundError(f"no artifact {key!r} in {store.location}")
+    raise FileNotFoundError(
+        f"{key!r} is the prefix of {len(matches)} artifacts: {', '.join(matches[:5])} ..."
+    )
 
 
 def _lineage(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    if not store.exists(args.key):
-        print(f"no artifact {args.key!r} in {store.location}", file=sys.stderr)
+    try:
+        args.key = resolve_key(store, args.key)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
     for depth, role, key in store.lineage(args.key):
         print("  " * depth + (f"{role}: " if role else "") + key)
@@ -116,7 +188,7 @@ def _export(args: argparse.Namespace) -> int:
 
     store = open_store(args.store)
     try:
-        out = cards.export(store, args.key, Path(args.dir))
+        out = cards.export(store, resolve_key(store, args.key), Path(args.dir))
     except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -160,7 +232,12 @@ def _verify(args: argparse.Namespace) -> int:
     if not store.exists_root():
         print(f"error: no artifact store at {store.location}", file=sys.stderr)
         return 1
-    keys = args.keys or sorted({m["key"] for m in store.list()} | set(store.folders()))
+    try:
+        keys = [resolve_key(store, k) for k in args.keys]
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    keys = keys or sorted({m["key"] for m in store.list()} | set(store.folders()))
     bad = 0
     for key in keys:
         v = store.verify(key, deep=True)
@@ -174,12 +251,24 @@ def parser() -> argparse.ArgumentParser:
         prog="r1", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="command", required=True)
-    from flows.registry import FLOWS
+    from importlib.metadata import version
 
-    for name, fn, help_ in (("run", _run, "run a flow"), ("config", _config, "print the resolved recipe")):
+    from flows.registry import FLOWS
+    from r1.store import code_revision
+
+    p.add_argument(
+        "--version", action="version", version=f"r1-pipeline {version('r1-pipeline')} ({code_revision()})"
+    )
+    commands = (
+        ("run", _run, "run a flow"),
+        ("plan", _plan, "say per stage whether it is cached, resumes or runs, without running"),
+        ("config", _config, "print the resolved recipe and the store it uses"),
+    )
+    for name, fn, help_ in commands:
         s = sub.add_parser(name, help=help_)
         s.add_argument("flow", help=" | ".join(FLOWS))
         s.add_argument("--recipe", help="recipe YAML (default: configs/<flow>.yaml)")
+        s.add_argument("--store", help="artifact store (the same as the override store=DIR)")
         s.add_argument(
             "--verbose", action="store_true", help="every progress line, full tracebacks, libraries' warnings"
         )
@@ -187,7 +276,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument(
             "--seeds", type=_seed_list, help="run once per seed (e.g. 0,1,2) and report mean and spread"
         )
-        s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. r1_zero.learning_rate=1e-4")
+        s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. grpo.learning_rate=1e-4")
         s.set_defaults(fn=fn)
     s = sub.add_parser("recipes", help="the flows, their default recipes and what they do")
     s.set_defaults(fn=_recipes)
@@ -226,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    if hasattr(args, "overrides") and getattr(args, "store", None):
+        args.overrides = [*args.overrides, f"store={args.store}"]
     verbose = getattr(args, "verbose", False)
     try:
         return args.fn(args)

@@ -7,8 +7,11 @@ so Prefect's record (which would survive deleted files) is ignored and rewritten
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from prefect import task
@@ -116,6 +119,29 @@ def _task_for(stage: Stage):
     return _TASKS[stage.name]
 
 
+_PLANS: contextvars.ContextVar[list[Plan] | None] = contextvars.ContextVar("r1_plans", default=None)
+
+
+@contextlib.contextmanager
+def planning() -> Iterator[list[Plan]]:
+    """Walk a flow without running it: each stage is planned (cached, resumes, runs) and skipped.
+
+    ``r1 plan`` calls a flow's function inside; every stage call appends its :class:`Plan` and
+    returns the reference its artifact will have, so later stages plan on the right keys.
+    Nothing is built, locked or published.
+    """
+    plans: list[Plan] = []
+    token = _PLANS.set(plans)
+    try:
+        yield plans
+    finally:
+        _PLANS.reset(token)
+
+
+def is_planning() -> bool:
+    return _PLANS.get() is not None
+
+
 def stage_task(
     store: Store | RemoteStore, stage: Stage, config: BaseModel, inputs: dict[str, ArtifactRef], label: str
 ) -> ArtifactRef:
@@ -125,6 +151,10 @@ def stage_task(
     and the task takes it along instead of planning again.
     """
     p = plan(store, stage, config, inputs, label)
+    plans = _PLANS.get()
+    if plans is not None:
+        plans.append(p)
+        return store.ref(p.key)
     print(p.line(), flush=True)
     # the UI names each task run by its stage label and the artifact it makes (path: its result)
     t = _task_for(stage).with_options(task_run_name=f"{label} {p.key}", refresh_cache=p.status != "cached")
@@ -246,6 +276,9 @@ def store_for(recipe_store: str | None) -> Store | RemoteStore:
 def publish_report(store: Store | RemoteStore, name: str, report: ArtifactRef) -> str:
     """Point ``<store>/reports/<name>`` at the report artifact, show it in Prefect's UI, return report.json."""
     from prefect.artifacts import create_markdown_artifact
+
+    if is_planning():
+        return str(Path(store.path(report.key), "report.json"))
 
     report = store.materialize(report)
     link = store.root / "reports" / name

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.common import Stages, publish_report, start
+from flows.common import Stages, is_planning, publish_report, start
 from flows.r1_full import r1_pipeline
 from flows.r1_zero import evaluate_models
 from flows.recipes import DistillRecipe
@@ -53,6 +53,8 @@ def distill_data(recipe: DistillRecipe) -> str:
     """Generate and filter the distillation set; return the path of its data card."""
     run = start(recipe)
     refs = distill_set(run)
+    if is_planning():  # `r1 plan`: nothing is built, so nothing to fetch
+        return str(Path(run.store.path(refs["distill_data"].key), "README.md"))
     return str(Path(run.store.materialize(refs["distill_data"]).path, "README.md"))
 
 

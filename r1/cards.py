@@ -191,6 +191,12 @@ def export(store, key: str, dest: Path) -> Path:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, out)
         (tmp / CARD).write_text(card, encoding="utf-8")
+        config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
+        if config.get("use_cache") is False:  # saved by an older version, while training had it off
+            config["use_cache"] = True
+            (tmp / "config.json").write_text(
+                json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            )
         if dest.exists():
             dest.rmdir()
         os.rename(tmp, dest)

@@ -143,6 +143,8 @@ def save_trained(trainer, tokenizer, out_dir: Path) -> None:
     the main rank writes. The pickled ``training_args.bin`` it adds is not part of an artifact.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
+    # Trainers turn the KV cache off while training; a saved model is for generating with.
+    model.config.use_cache = True
     if hasattr(model, "merge_and_unload"):  # LoRA: the artifact is a plain checkpoint, adapters merged
         if is_main_process():
             model.merge_and_unload().save_pretrained(str(out_dir), safe_serialization=True)

@@ -32,6 +32,7 @@ def test_every_model_artifact_carries_a_card_built_from_its_lineage(tiny_world):
     assert "## Recipe section" in card and "hidden_size: 32" in card  # the tiny recipe's base
     assert "## Training metrics" in card and "transformers " in card
     assert store.verify(base_model.key, deep=True).ok  # the card is one of the hashed files
+    assert json.loads((store.path(base_model.key) / "config.json").read_text())["use_cache"] is True
     assert not (store.path(task_data.key) / "README.md").exists()  # data is not a model
 
 
@@ -47,6 +48,7 @@ def test_export_writes_a_clean_loadable_folder_whose_card_lists_the_evaluations(
     assert not names & {"manifest.json", "train_log.jsonl"}
     card = (out / "README.md").read_text(encoding="utf-8")
     assert f"`{ev.key}`" in card and "## Lineage" in card and "k=2" in card
+    assert json.loads((out / "config.json").read_text())["use_cache"] is True
     assert AutoModelForCausalLM.from_pretrained(out).num_parameters() > 0
     with pytest.raises(FileExistsError):
         export(store, base_model.key, out)  # never into a folder with files
@@ -151,3 +153,63 @@ def test_known_noise_is_filtered_and_real_warnings_are_not():
     assert not shown(
         "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it."
     )
+
+
+def test_plan_says_what_a_run_would_do_on_a_half_cached_store_and_builds_nothing(tiny_recipe, tmp_path):
+    from r1.runner import run_stage
+    from r1.store import Store
+    from stages import data
+    from tests.conftest import TINY_R1_ZERO
+
+    store = Store(tmp_path)
+    built = run_stage(store, data.STAGE, tiny_recipe.data, {}, "data")
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "plan",
+        "r1-zero",
+        "--recipe",
+        str(TINY_R1_ZERO),
+        "--store",
+        str(tmp_path),
+    ]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"[data] cached ({built.key})"
+    assert [line.split()[0] for line in lines[1:-1]] == [
+        "[base]",
+        "[eval:base]",
+        "[r1_zero]",
+        "[eval:r1_zero]",
+        "[report]",
+    ]
+    assert all(" running (" in line for line in lines[1:-1]) and lines[-1] == "plan: 1 cached, 5 running"
+    assert [m["key"] for m in store.list()] == [built.key]  # nothing was built
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
+
+
+def test_the_cli_takes_store_everywhere_prefixes_for_keys_and_shows_its_version(tiny_world, tmp_path):
+    store, task_data, base_model = tiny_world
+
+    def r1(*args: str):
+        return subprocess.run(
+            [sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+
+    cfg = r1("config", "r1-zero", "--store", str(tmp_path), "grpo.learning_rate=1e-4")  # the help's example
+    assert (
+        cfg.returncode == 0
+        and cfg.stdout.startswith(f"# store: {tmp_path}")
+        and "learning_rate: 0.0001" in cfg.stdout
+    )
+    lineage = r1("lineage", base_model.key[:9], "--store", str(store.root))
+    assert lineage.returncode == 0 and lineage.stdout.splitlines()[0] == base_model.key
+    assert r1("verify", base_model.key[:9], "--store", str(store.root)).returncode == 0
+    listing = r1("artifacts", "--store", str(store.root)).stdout
+    assert any(
+        line.startswith(base_model.key) and "steps " in line and (" MB" in line or " KB" in line)
+        for line in listing.splitlines()
+    )
+    assert r1("--version").stdout.startswith("r1-pipeline ")
