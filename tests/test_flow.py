@@ -68,7 +68,14 @@ def _prefect_shows_the_run(recipe_name: str, run_name: str) -> None:
     import asyncio
 
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterName,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
     from prefect.logging.handlers import APILogHandler
 
     APILogHandler().flush()
@@ -83,9 +90,13 @@ def _prefect_shows_the_run(recipe_name: str, run_name: str) -> None:
             logs = await client.read_logs(
                 log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id]))
             )
-            return runs[0], tasks, logs
+            artifacts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id]))
+            )
+            return runs[0], tasks, logs, artifacts
 
-    run, tasks, logs = asyncio.run(read())
+    run, tasks, logs, artifacts = asyncio.run(read())
+    assert [a.type for a in artifacts] == ["markdown"] and "](data:image/png;base64," in artifacts[0].data
     assert {"flow:r1-zero", f"recipe:{recipe_name}"} <= set(run.tags)
     assert any(t.name.startswith("r1_zero grpo-") for t in tasks)
     assert any(log.message.startswith("[r1_zero] cached (grpo-") for log in logs), [x.message for x in logs][
