@@ -184,3 +184,19 @@ def test_selection_keeps_the_band_and_drops_what_needs_no_thinking(tiny_world, m
     assert "test" in ref.dataset() and ref.file("README.md").is_file()
     top = selection.choose([dict(r) for r in kept], cfg.model_copy(update={"keep": 5}))[0]
     assert len(top) == 5 and all(r["pass_rate"] == 0.5 for r in top)  # most informative: largest p (1 - p)
+
+
+def test_the_held_out_curve_is_measured_without_changing_what_trains(tiny_world, tiny_recipe):
+    store, task_data, base_model = tiny_world
+    inputs = {"model": base_model, "data": task_data}
+    cfg = tiny_recipe.grpo.model_copy(update={"seed": 77})
+    watched_cfg = cfg.model_copy(update={"heldout_eval": grpo.HeldoutEval(every=2, limit=4, k=2)})
+    plain = run_stage(store, grpo.STAGE, cfg, inputs, "plain")
+    watched = run_stage(store, grpo.STAGE, watched_cfg, inputs, "watched")
+    assert plain.key != watched.key
+    log = [json.loads(x) for x in watched.file("train_log.jsonl").read_text().splitlines()]
+    points = [(r["heldout/step"], r["heldout/pass@1"]) for r in log if "heldout/pass@1" in r]
+    assert [s for s, _ in points] == list(range(0, cfg.max_steps + 1, 2))
+    assert all(0 <= v <= 1 for _, v in points)
+    a, b = load_file(plain.file("model.safetensors")), load_file(watched.file("model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the measurement draws from its own random state
