@@ -60,8 +60,9 @@ def configure(report_to: list[str], root: Path, flow: str) -> None:
     os.environ[_REPORT_TO] = ",".join(report_to)
     os.environ[_DIR] = str(root)
     os.environ[_FLOW] = flow
-    os.environ.setdefault("WANDB_MODE", "offline")  # nothing leaves the machine unless the user says so
-    os.environ.setdefault("WANDB_PROJECT", "r1-pipeline")
+    if "wandb" in report_to:  # nothing leaves the machine unless the user says so
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_PROJECT", "r1-pipeline")
     os.environ.setdefault("MLFLOW_TRACKING_URI", (root / "mlruns").as_uri())
     os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", flow)
     os.environ.setdefault("TRACKIO_DIR", str(root / "trackio"))
