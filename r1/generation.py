@@ -93,6 +93,23 @@ def decoded(tokenizer, groups: list[list[list[int]]]) -> list[list[Generated]]:
     ]
 
 
+def seed_keys(prompt_ids: Sequence[list[int]], keys: Sequence[str] | None) -> Sequence[str]:
+    """What seeds each row's sampling: the rendered prompt when the caller has it, else its last 32 ids."""
+    return keys if keys is not None else [",".join(map(str, r[-32:])) for r in prompt_ids]
+
+
+def generate_through_ids(
+    backend, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
+) -> list[list[Generated]]:
+    """``generate`` for a backend that samples token ids: render, tokenize, ``generate_ids``, decode.
+
+    The rendered prompt is each row's seed key, so a prompt's samples do not depend on its batch.
+    """
+    texts = [render_prompt(backend.tokenizer, p) for p in prompts]
+    ids = backend.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return decoded(backend.tokenizer, backend.generate_ids(ids, n, sampling, seed, keys=texts))
+
+
 class TransformersBackend:
     """Batched ``model.generate`` with left padding and a KV cache (CPU default, any device works)."""
 
@@ -109,9 +126,7 @@ class TransformersBackend:
     def generate(
         self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
     ) -> list[list[Generated]]:
-        texts = [render_prompt(self.tokenizer, p) for p in prompts]
-        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-        return decoded(self.tokenizer, self.generate_ids(ids, n, sampling, seed, keys=texts))
+        return generate_through_ids(self, prompts, n, sampling, seed)
 
     def generate_ids(
         self,
@@ -124,7 +139,7 @@ class TransformersBackend:
         """``n`` completions (ids, up to and including EOS) per prompt, ``batch_size`` rows a call."""
         import torch
 
-        keys = keys if keys is not None else [",".join(map(str, r[-32:])) for r in prompt_ids]
+        keys = seed_keys(prompt_ids, keys)
         per_call = max(1, self.batch_size // n)
         out: list[list[list[int]]] = []
         meter = progress.Meter(len(prompt_ids), unit=f"generating x{n}", interval=20.0, every=len(prompt_ids))
@@ -242,7 +257,7 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        keys = keys if keys is not None else [",".join(map(str, r[-32:])) for r in prompt_ids]
+        keys = seed_keys(prompt_ids, keys)
         eos = self.tokenizer.eos_token_id
         params = [
             SamplingParams(**vllm_sampling_kwargs(sampling, n, batch_seed(seed, k, 0), eos)) for k in keys
@@ -271,9 +286,7 @@ class ThinkingBudget:
     def generate(
         self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, seed: int
     ) -> list[list[Generated]]:
-        texts = [render_prompt(self.tokenizer, p) for p in prompts]
-        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-        return decoded(self.tokenizer, self.generate_ids(ids, n, sampling, seed, keys=texts))
+        return generate_through_ids(self, prompts, n, sampling, seed)
 
     def generate_ids(
         self,

@@ -81,14 +81,17 @@ def _cell(m: dict, key: str, spread: dict | None = None) -> str:
     return f"{_fmt(m[key])} ± {_fmt(se)}" if se is not None else _fmt(m[key])
 
 
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: one header row, the rule, the rows (every table of the report is one)."""
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
 def markdown_table(stages: dict[str, dict], spread: dict[str, dict] | None = None) -> str:
-    head = "| stage | " + " | ".join(title for _, title in COLUMNS) + " |"
-    rule = "|---" * (len(COLUMNS) + 1) + "|"
     rows = [
-        f"| {name} | " + " | ".join(_cell(m, k, (spread or {}).get(name)) for k, _ in COLUMNS) + " |"
-        for name, m in stages.items()
+        [name, *(_cell(m, k, (spread or {}).get(name)) for k, _ in COLUMNS)] for name, m in stages.items()
     ]
-    return "\n".join([head, rule, *rows])
+    return md_table(["stage", *(title for _, title in COLUMNS)], rows)
 
 
 def compare_reports(reports: dict[str, dict]) -> str:
@@ -121,13 +124,12 @@ MODE_COLUMNS += (("mode_adherence", "follows the mode"),)
 
 def mode_table(stages: dict[str, dict]) -> str:
     """Fused models in each thinking mode (``by_mode`` of their evaluation), ± se."""
-    head = "| stage | mode | " + " | ".join(title for _, title in MODE_COLUMNS) + " |"
     rows = [
-        f"| {name} | {mode} | " + " | ".join(_cell(m, k) for k, _ in MODE_COLUMNS) + " |"
+        [name, mode, *(_cell(m, k) for k, _ in MODE_COLUMNS)]
         for name, metrics in stages.items()
         for mode, m in (metrics.get("by_mode") or {}).items()
     ]
-    return "\n".join([head, "|---" * (len(MODE_COLUMNS) + 2) + "|", *rows])
+    return md_table(["stage", "mode", *(title for _, title in MODE_COLUMNS)], rows)
 
 
 TOOL_COLUMNS = (("accuracy", "accuracy"), ("pass@1", "pass@1"), ("tool_call_rate", "samples that call"))
@@ -137,13 +139,10 @@ TOOL_COLUMNS += (("used_call_rate", "results used"),)
 
 def tool_table(stages: dict[str, dict]) -> str:
     """Evaluations with tools offered: accuracy beside how the model called them."""
-    head = "| stage | " + " | ".join(title for _, title in TOOL_COLUMNS) + " |"
     rows = [
-        f"| {name} | " + " | ".join(_cell(m, k) for k, _ in TOOL_COLUMNS) + " |"
-        for name, m in stages.items()
-        if "tool_call_rate" in m
+        [name, *(_cell(m, k) for k, _ in TOOL_COLUMNS)] for name, m in stages.items() if "tool_call_rate" in m
     ]
-    return "\n".join([head, "|---" * (len(TOOL_COLUMNS) + 1) + "|", *rows])
+    return md_table(["stage", *(title for _, title in TOOL_COLUMNS)], rows)
 
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -161,13 +160,11 @@ def benchmark_table(stages: dict[str, dict]) -> str:
     js = sorted({int(key[5:]) for m in stages.values() for key in m if re.fullmatch(r"pass@\d+", key)})
     cols = [("accuracy", "accuracy (greedy)"), *((f"pass@{j}", f"pass@{j}") for j in js)]
     cols += [("pass@k", "pass@k (k = n)"), ("maj@k", "maj@k"), ("format_rate", "format")]
-    head = "| model | benchmark | problems | k | " + " | ".join(t for _, t in cols) + " |"
-    rows = []
-    for name, m in stages.items():
-        model, bench = name.split("@", 1)
-        cells = " | ".join(_cell(m, key) for key, _ in cols)
-        rows.append(f"| {model} | {bench} | {m.get('n_problems', '')} | {m.get('k', '')} | {cells} |")
-    return "\n".join([head, "|---" * (len(cols) + 4) + "|", *rows])
+    rows = [
+        [*name.split("@", 1), m.get("n_problems", ""), m.get("k", ""), *(_cell(m, key) for key, _ in cols)]
+        for name, m in stages.items()
+    ]
+    return md_table(["model", "benchmark", "problems", "k", *(t for _, t in cols)], rows)
 
 
 def pick_samples(records: list[dict], per_stage: int = 3) -> list[dict]:
@@ -337,12 +334,11 @@ def build_report(ctx: StageContext) -> None:
         md += ["With the tool offered (the same tools and call limit as training):", ""]
         md += [tool_table(stages), ""]
     if training:
-        md += ["| training stage | steps | wall seconds | step time in rollouts |", "|---|---|---|---|"]
-        md += [
-            f"| {n} | {t.get('steps', '')} | {_wall(t)} | {_fmt(t['rollout_share']) if t.get('rollout_share') else ''} |"
+        rows = [
+            [n, t.get("steps", ""), _wall(t), _fmt(t["rollout_share"]) if t.get("rollout_share") else ""]
             for n, t in training.items()
         ]
-        md += [""]
+        md += [md_table(["training stage", "steps", "wall seconds", "step time in rollouts"], rows), ""]
     if plotted:
         md += ["![GRPO curves](grpo_curves.png)", ""]
     for key, value in extra.items():
@@ -437,14 +433,13 @@ def build_seeds_report(ctx: StageContext) -> None:
         "",
     ]
     if training:
-        md += ["| training stage | wall seconds |", "|---|---|"]
+        rows = []
         for name, t in training.items():
             sd = training_spread[name].get("wall_seconds", {}).get("sd")
-            md += [
-                f"| {name} | {t.get('wall_seconds', 0):.0f}"
-                + (f" ± {sd:.0f}" if sd is not None else "")
-                + " |"
-            ]
+            rows.append(
+                [name, f"{t.get('wall_seconds', 0):.0f}" + (f" ± {sd:.0f}" if sd is not None else "")]
+            )
+        md += [md_table(["training stage", "wall seconds"], rows)]
         md += [""]
     md += ["Per-seed reports: " + ", ".join(f"seed {s}: `{k}`" for s, k in out["reports"].items()), ""]
     (ctx.out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")

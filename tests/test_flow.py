@@ -118,18 +118,15 @@ def _cli(store: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_sigkill_during_grpo_then_rerun_resumes(tmp_path):
-    """Kill -9 the real CLI after GRPO's first checkpoint; the rerun skips finished stages and resumes."""
-    args = ("grpo.max_steps=40", "grpo.save_steps=4")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _kill_at_first_grpo_checkpoint(cmd: list[str], store: Path, env: dict) -> None:
+    """Start the CLI and kill -9 it once a GRPO checkpoint is complete, before GRPO finishes."""
     proc = subprocess.Popen(
-        _cli(tmp_path, *args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    work = tmp_path / "work"
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline:
-            if any(work.glob("grpo-*/checkpoint-*/trainer_state.json")):
+            if any((store / "work").glob("grpo-*/checkpoint-*/trainer_state.json")):
                 break
             assert proc.poll() is None, "the run ended before GRPO's first checkpoint:\n" + proc.stdout.read()
             time.sleep(0.05)
@@ -138,7 +135,14 @@ def test_sigkill_during_grpo_then_rerun_resumes(tmp_path):
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
-    assert not list((tmp_path / "artifacts").glob("grpo-*")), "GRPO finished before the kill"
+    assert not list((store / "artifacts").glob("grpo-*")), "GRPO finished before the kill"
+
+
+def test_sigkill_during_grpo_then_rerun_resumes(tmp_path):
+    """Kill -9 the real CLI after GRPO's first checkpoint; the rerun skips finished stages and resumes."""
+    args = ("grpo.max_steps=40", "grpo.save_steps=4")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    _kill_at_first_grpo_checkpoint(_cli(tmp_path, *args), tmp_path, env)
 
     out = subprocess.run(
         _cli(tmp_path, *args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
@@ -414,22 +418,7 @@ def test_r1_tools_runs_reports_the_tool_table_and_resumes_after_sigkill(tmp_path
     recipe = ROOT / "configs/tiny/r1_tools.yaml"
     cmd = [sys.executable, "-m", "flows.cli", "run", "r1-tools", "--recipe", str(recipe), f"store={tmp_path}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline:
-            if any((tmp_path / "work").glob("grpo-*/checkpoint-*/trainer_state.json")):
-                break
-            assert proc.poll() is None, "the run ended before GRPO's first checkpoint:\n" + proc.stdout.read()
-            time.sleep(0.05)
-        else:
-            pytest.fail("no GRPO checkpoint within 300 s")
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait(timeout=60)
-    assert not list((tmp_path / "artifacts").glob("grpo-*")), "GRPO finished before the kill"
+    _kill_at_first_grpo_checkpoint(cmd, tmp_path, env)
 
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
