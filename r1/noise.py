@@ -53,6 +53,11 @@ def quiet_known_noise() -> None:
         # DeepSpeed's accelerator detection warns when it falls back to the CPU; naming the CPU
         # skips the detection (a user's own DS_ACCELERATOR wins).
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    # TRL prints a console table of sampled completions wherever it logs them to a tracker; the
+    # tracker has them, the console gets them under --verbose only.
+    import trl.trainer.grpo_trainer as trl_grpo
+
+    trl_grpo.print_prompt_completions_sample = lambda *args, **kwargs: None
     hf_logging.get_logger("transformers")  # creates the library's handler if it has none yet
     loggers = [logging.getLogger(), logging.getLogger("transformers"), logging.getLogger("DeepSpeed")]
     for handler in {h for lg in loggers for h in lg.handlers}:

@@ -13,6 +13,7 @@ The flow process configures it through environment variables so the ranks of an
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -63,6 +64,7 @@ def configure(report_to: list[str], root: Path, flow: str) -> None:
     if "wandb" in report_to:  # nothing leaves the machine unless the user says so
         os.environ.setdefault("WANDB_MODE", "offline")
         os.environ.setdefault("WANDB_PROJECT", "r1-pipeline")
+        os.environ.setdefault("WANDB_QUIET", "true")  # no run summary on the console; the run has it
     os.environ.setdefault("MLFLOW_TRACKING_URI", (root / "mlruns").as_uri())
     os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", flow)
     os.environ.setdefault("TRACKIO_DIR", str(root / "trackio"))
@@ -98,3 +100,31 @@ def trainer_kwargs(work_dir: Path) -> dict[str, Any]:
         "run_name": f"{flow}/{progress.label()}/{Path(work_dir).name}",
         "project": flow,
     }
+
+
+def finish_runs() -> None:
+    """End the trackers' active runs, so the next stage of the flow starts its own.
+
+    The trainers' callbacks start a run when training begins but leave W&B's, MLflow's and
+    Trackio's open (they are per process), and a later stage would log into it.
+    """
+    import logging
+    import sys
+
+    try:
+        _finish(report_to(), sys.modules)
+    except Exception as e:  # a tracker's own failure must not hide the stage's result or error
+        logging.getLogger(__name__).warning("could not close the tracker runs: %s", e)
+
+
+def _finish(backends: list[str], modules: dict) -> None:
+    if "wandb" in backends and "wandb" in modules and modules["wandb"].run is not None:
+        wandb = modules["wandb"]
+        print(f"[{progress.label()}] W&B run (offline: `wandb sync` uploads it): {wandb.run.dir}", flush=True)
+        wandb.finish()
+        wandb.teardown()  # its settings (WANDB_DIR) are read once per setup: the next stage sets its own
+    if "mlflow" in backends and "mlflow" in modules and modules["mlflow"].active_run() is not None:
+        modules["mlflow"].end_run()
+    if "trackio" in backends and "trackio" in modules:
+        with contextlib.suppress(Exception):  # no run was started (trackio raises then): nothing to end
+            modules["trackio"].finish()

@@ -290,6 +290,11 @@ def run_trainer(ctx, trainer, tokenizer, progress: dict[str, str], every: int, c
     trainer.add_callback(ShareCores())  # as many threads as the other processes leave cores
     for callback in callbacks:
         trainer.add_callback(callback)
-    train_with_resume(trainer, ctx.work_dir)
+    from r1 import tracking
+
+    try:
+        train_with_resume(trainer, ctx.work_dir)
+    finally:
+        tracking.finish_runs()  # each stage is its own tracker run, also when it fails
     save_trained(trainer, tokenizer, ctx.out_dir)
     return write_log_history(trainer, ctx.out_dir / "train_log.jsonl")

@@ -62,3 +62,27 @@ def test_tensorboard_logs_survive_the_run_and_turning_them_off_retrains_nothing(
     assert "running" not in again and "[r1_zero] cached" in again
     report = json.loads(Path(again.split("report: ")[1].split()[0]).read_text())
     assert "r1_zero" in report["stages"]
+
+
+def test_each_stage_closes_its_tracker_runs_and_a_tracker_failure_hides_nothing(monkeypatch):
+    import sys
+    import types
+
+    from r1 import tracking
+
+    calls = []
+    run = types.SimpleNamespace(dir="/x")
+    wandb = types.SimpleNamespace(
+        run=run, finish=lambda: calls.append("finish"), teardown=lambda: calls.append("teardown")
+    )
+    tracking._finish(["wandb"], {"wandb": wandb})
+    assert calls == ["finish", "teardown"]  # the next stage's run reads its own WANDB_DIR
+    tracking._finish(["tensorboard"], {"wandb": wandb})
+    assert calls == ["finish", "teardown"]  # not a backend of this run: left alone
+
+    def broken():
+        raise RuntimeError("tracker down")
+
+    monkeypatch.setenv("R1_REPORT_TO", "wandb")
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(run=run, finish=broken, teardown=broken))
+    tracking.finish_runs()  # logs a warning, raises nothing
