@@ -35,8 +35,14 @@ def _number(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+# figures of one attempt, not of the model: a resumed build must write the same card
+_VOLATILE = {"artifact", "wall_seconds", "resumed_from", "world_size", "rollout_share"}
+
+
 def _metrics_lines(metrics: dict[str, Any]) -> list[str]:
-    flat = {k: v for k, v in sorted(metrics.items()) if isinstance(v, int | float | str) and k != "artifact"}
+    flat = {
+        k: v for k, v in sorted(metrics.items()) if isinstance(v, int | float | str) and k not in _VOLATILE
+    }
     return [f"| {k} | {_number(v)} |" for k, v in flat.items()]
 
 
@@ -87,8 +93,9 @@ def model_card(
         "",
         f"# {key}",
         "",
-        f"A checkpoint made by the r1-pipeline stage `{stage}` (version {manifest.get('version', '?')}), "
-        f"created {manifest.get('created', 'now')} at code revision `{manifest.get('code_revision', 'unknown')}`. "
+        f"A checkpoint made by the r1-pipeline stage `{stage}` (version {manifest.get('version', '?')}) "
+        + (f"on {manifest['created']} " if manifest.get("created") else "")
+        + f"at code revision `{manifest.get('code_revision', 'unknown')}`. "
         "Its key is the hash of everything below the *Recipe section* and the keys of its parents: "
         "the same recipe on the same inputs gives the same key.",
         "",
@@ -101,7 +108,11 @@ def model_card(
         pm = parent(pkey)
         summary = ""
         if pm:
-            shown = {k: v for k, v in pm.get("metrics", {}).items() if isinstance(v, int | float)}
+            shown = {
+                k: v
+                for k, v in pm.get("metrics", {}).items()
+                if isinstance(v, int | float) and k not in _VOLATILE
+            }
             summary = ", ".join(f"{k} {_number(v)}" for k, v in list(shown.items())[:4])
         lines.append(f"| {role} | `{pkey}` | {pm['stage'] if pm else '(not in this store)'} | {summary} |")
     if manifest.get("external"):

@@ -387,19 +387,22 @@ def heldout_callback(trainer: GRPOTrainer, rows: list[dict], every: int, k: int,
     answers = [str(r["answer"]) for r in rows]
 
     def measure() -> dict[str, float]:
+        from trl.models import unwrap_model_for_generation
+
         state = torch.random.get_rng_state()
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        was_training = model.training
+        was_training = trainer.model.training
         try:
-            backend = TransformersBackend(model, trainer.processing_class, batch_size=512)
-            budget = trainer.max_completion_length
-            greedy = backend.generate(prompts, 1, SamplingConfig(temperature=0, max_new_tokens=budget), 0)
-            samples = backend.generate(
-                prompts, k, SamplingConfig(temperature=temperature, max_new_tokens=budget), 1
-            )
+            # under ZeRO-3 every rank gathers the full weights for the measurement (a collective)
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+                backend = TransformersBackend(model, trainer.processing_class, batch_size=512)
+                budget = trainer.max_completion_length
+                greedy = backend.generate(prompts, 1, SamplingConfig(temperature=0, max_new_tokens=budget), 0)
+                samples = backend.generate(
+                    prompts, k, SamplingConfig(temperature=temperature, max_new_tokens=budget), 1
+                )
         finally:
             torch.random.set_rng_state(state)
-            model.train(was_training)
+            trainer.model.train(was_training)
         g = accuracy_reward([x[0].text for x in greedy], answers)
         flat = accuracy_reward(
             [s.text for group in samples for s in group], [a for a in answers for _ in range(k)]

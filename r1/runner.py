@@ -172,8 +172,6 @@ def _build(
 
 def _card(store: Store | RemoteStore, prov: Provenance, metrics: dict) -> str:
     """The model card of an artifact being built: its manifest-to-be and its parents' lineage."""
-    from datetime import UTC, datetime
-
     draft = {
         "key": prov.key,
         "stage": prov.stage,
@@ -181,8 +179,7 @@ def _card(store: Store | RemoteStore, prov: Provenance, metrics: dict) -> str:
         "config": prov.config,
         "inputs": prov.inputs,
         "external": prov.external,
-        "metrics": metrics,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "metrics": metrics,  # the card leaves out what differs between attempts (time, resumes)
         "libraries": library_versions(),
         "code_revision": code_revision(),
     }

@@ -53,7 +53,8 @@ def _learned(store: Path) -> dict[str, object]:
         if key.startswith("grpo-") and log.is_file():
             rows = [json.loads(line) for line in log.read_text().splitlines()]
             untimed = [
-                {k: v for k, v in r.items() if "time" not in k and "per_second" not in k} for r in rows
+                {k: v for k, v in r.items() if not any(t in k for t in ("time", "timing", "per_second"))}
+                for r in rows
             ]
             out[f"{key}/train_log"] = untimed
     return out
