@@ -24,7 +24,7 @@ from r1.external import fingerprints
 from r1.launch import LaunchConfig, LaunchError, launch_stage, stage_launch
 from r1.progress import duration
 from r1.stage import Stage, StageContext
-from r1.store import ArtifactRef, Provenance, RemoteStore, Store, code_revision, library_versions
+from r1.store import ArtifactRef, Provenance, RemoteStore, Store
 
 log = logging.getLogger(__name__)
 
@@ -172,17 +172,8 @@ def _build(
 
 def _card(store: Store | RemoteStore, prov: Provenance, metrics: dict) -> str:
     """The model card of an artifact being built: its manifest-to-be and its parents' lineage."""
-    draft = {
-        "key": prov.key,
-        "stage": prov.stage,
-        "version": prov.version,
-        "config": prov.config,
-        "inputs": prov.inputs,
-        "external": prov.external,
-        "metrics": metrics,  # the card leaves out what differs between attempts (time, resumes)
-        "libraries": library_versions(),
-        "code_revision": code_revision(),
-    }
+    # no "created": the card leaves out what differs between attempts (time, resumes)
+    draft = {**prov.manifest_fields(), "metrics": metrics}
     lineage = [(0, "", prov.key)]
     for role, key in sorted(prov.inputs.items()):
         rows = store.lineage(key)

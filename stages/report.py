@@ -169,37 +169,46 @@ def benchmark_table(stages: dict[str, dict]) -> str:
     return md_table(["model", "benchmark", "problems", "k", *(t for _, t in cols)], rows)
 
 
+def _marked_samples(records: list[dict]) -> list[dict]:
+    """Every sampled completion with its marks, in record order (the marks computed once)."""
+    out = []
+    for r in records:
+        prompt, samples = _prompt_text(r["prompt"]), r.get("samples", [])
+        checks = r.get("sample_self_check") or [False] * len(samples)
+        single = r.get("sample_single_language") or [True] * len(samples)
+        for j, text in enumerate(samples):
+            out.append(
+                {
+                    "prompt": prompt,
+                    "answer": r.get("answer", ""),
+                    "completion": text,
+                    "correct": bool(r["sample_correct"][j]),
+                    "self_check": bool(checks[j]),
+                    "language_switch": not single[j],
+                }
+            )
+    return out
+
+
 def pick_samples(records: list[dict], per_stage: int = 3) -> list[dict]:
     """A few sampled completions worth reading: one per prompt language, then a self-check, then a switch.
 
     Deterministic (the first matching problem), so a report rebuilt from the same evaluation shows
     the same samples. Each carries its marks: correct, self-check, language switch.
     """
-    picked: list[dict] = []
-    seen: set[tuple[int, int]] = set()
-
-    def take(want) -> None:
-        for i, r in enumerate(records):
-            for j, text in enumerate(r.get("samples", [])):
-                if (i, j) not in seen and want(r, j) and len(picked) < per_stage:
-                    seen.add((i, j))
-                    picked.append(
-                        {
-                            "prompt": _prompt_text(r["prompt"]),
-                            "answer": r.get("answer", ""),
-                            "completion": text,
-                            "correct": bool(r["sample_correct"][j]),
-                            "self_check": bool(r.get("sample_self_check", [False] * (j + 1))[j]),
-                            "language_switch": not r.get("sample_single_language", [True] * (j + 1))[j],
-                        }
-                    )
-                    return
-
-    take(lambda r, j: not _CJK.search(_prompt_text(r["prompt"])))
-    take(lambda r, j: bool(_CJK.search(_prompt_text(r["prompt"]))))
-    take(lambda r, j: bool(r.get("sample_self_check", [False] * (j + 1))[j]))
-    take(lambda r, j: not r.get("sample_single_language", [True] * (j + 1))[j])
-    return picked
+    candidates = list(enumerate(_marked_samples(records)))
+    wants = (
+        lambda s: not _CJK.search(s["prompt"]),
+        lambda s: bool(_CJK.search(s["prompt"])),
+        lambda s: s["self_check"],
+        lambda s: s["language_switch"],
+    )
+    taken: list[int] = []
+    for want in wants:
+        hit = next((i for i, s in candidates if i not in taken and want(s)), None)
+        if hit is not None and len(taken) < per_stage:
+            taken.append(hit)
+    return [candidates[i][1] for i in taken]
 
 
 def samples_markdown(samples: dict[str, list[dict]], width: int = 400) -> list[str]:

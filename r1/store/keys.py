@@ -92,6 +92,19 @@ class Provenance:
     def key(self) -> str:
         return artifact_key(self.stage, self.version, self.config, self.inputs, self.external)
 
+    def manifest_fields(self) -> dict[str, Any]:
+        """What a manifest records of the artifact's making (the key and everything it covers)."""
+        return {
+            "key": self.key,
+            "stage": self.stage,
+            "version": self.version,
+            "config": self.config,
+            "inputs": self.inputs,
+            **({"external": self.external} if self.external else {}),
+            "libraries": library_versions(),
+            "code_revision": code_revision(),
+        }
+
 
 def manifest_key(manifest: dict[str, Any]) -> str:
     """The key a manifest's own contents give: a manifest edited by hand no longer matches."""

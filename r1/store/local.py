@@ -29,8 +29,6 @@ from r1.store.keys import (
     ArtifactRef,
     Provenance,
     Verification,
-    code_revision,
-    library_versions,
     lineage,
     manifest_key,
     sha256_file,
@@ -200,17 +198,10 @@ class Store:
             for p in _files(tmp)
         }
         manifest = {
-            "key": prov.key,
-            "stage": prov.stage,
-            "version": prov.version,
-            "config": prov.config,
-            "inputs": prov.inputs,
-            **({"external": prov.external} if prov.external else {}),
+            **prov.manifest_fields(),
             "files": files,
             "metrics": metrics,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "libraries": library_versions(),
-            "code_revision": code_revision(),
         }
         part = tmp / (MANIFEST + ".part")
         with open(part, "w", encoding="utf-8") as f:
