@@ -134,7 +134,8 @@ def aggregate(records: Sequence[dict], pass_at: Sequence[int] = ()) -> dict[str,
         ]
     if records and "sample_tool_attempts" in records[0]:
         per_problem |= tool_rates(records)
-    out: dict = {name: mean(values) for name, values in per_problem.items()}
+    # statistics.mean of 0/1 values is an int when exact: a rate is a float either way
+    out: dict = {name: float(mean(values)) for name, values in per_problem.items()}
     out["se"] = {name: standard_error(values) for name, values in per_problem.items()}
     if records and "sample_tool_attempts" in records[0]:
         out |= pooled_tool_shares(records)

@@ -75,8 +75,6 @@ def _cell(m: dict, key: str, spread: dict | None = None) -> str:
     """A value with its uncertainty: ``± sd`` over seeds, else ``± se`` of this one evaluation."""
     if key not in m:
         return ""
-    if isinstance(m[key], int) and not isinstance(m[key], bool):  # a rate that came out 0 or 1
-        m = {**m, key: float(m[key])}
     if spread and key in spread and spread[key].get("sd") is not None:
         return f"{_fmt(m[key])} ± {_fmt(spread[key]['sd'])}"
     se = (m.get("se") or {}).get(key)
