@@ -213,13 +213,9 @@ def _compare(args: argparse.Namespace) -> int:
     from stages.report import compare_reports
 
     try:
-        paths = {name: _report_path(name, args.store) for name in args.reports}
-        reports = {
-            Path(name).name if Path(name).name != "report.json" else Path(name).parent.name: json.loads(
-                p.read_text(encoding="utf-8")
-            )
-            for name, p in paths.items()
-        }
+        paths = [_report_path(name, args.store) for name in args.reports]
+        # each report by its folder's name: the run name under <store>/reports, or the folder given
+        reports = {p.parent.name: json.loads(p.read_text(encoding="utf-8")) for p in paths}
         print(compare_reports(reports), end="")
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
